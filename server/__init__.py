@@ -1,0 +1,1 @@
+"""gRPC server, client library and router (wire contract in DESIGN.md); built by the gRPC issue."""
