@@ -1,0 +1,9 @@
+"""Agentix engine: config, calls, the step loop, the model runner and the offline API."""
+
+from engine.config import EngineConfig
+from engine.llm import LLM
+from engine.llm_engine import LLMEngine
+from engine.outputs import CompletionOutput, StepOutput
+from engine.sampling_params import SamplingParams
+
+__all__ = ["LLM", "LLMEngine", "EngineConfig", "SamplingParams", "CompletionOutput", "StepOutput"]

@@ -1,0 +1,65 @@
+"""One LLM call inside the engine: its tokens, progress and status."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.sampling_params import SamplingParams
+from scheduler.call_state import CallStatus
+
+__all__ = ["Call", "CallStatus", "FinishReason"]
+
+
+class FinishReason:
+    STOP = "stop"        # EOS, a stop token id or a stop string
+    LENGTH = "length"    # max_tokens or the model's context length
+    ABORT = "abort"      # aborted by the client
+
+
+@dataclass(eq=False)
+class Call:
+    """A call owns its token list (`all_token_ids` = prompt + output); the scheduler moves it
+    between statuses and advances `num_computed_tokens` (tokens whose K/V are cached)."""
+
+    call_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    arrival_time: float
+    arrival_index: int
+    max_model_len: int
+    program_id: str | None = None
+    status: CallStatus = CallStatus.WAITING
+    all_token_ids: list[int] = field(default_factory=list)
+    num_computed_tokens: int = 0
+    num_cached_tokens: int = 0
+    num_preemptions: int = 0
+    finish_reason: str | None = None
+    output_text: str | None = None
+
+    def __post_init__(self) -> None:
+        self.all_token_ids = list(self.prompt_token_ids)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.all_token_ids)
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.all_token_ids[self.num_prompt_tokens:]
+
+    @property
+    def num_output_tokens(self) -> int:
+        return self.num_tokens - self.num_prompt_tokens
+
+    @property
+    def num_remaining_tokens(self) -> int:
+        return min(self.params.max_tokens - self.num_output_tokens,
+                   self.max_model_len - self.num_tokens)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is CallStatus.FINISHED

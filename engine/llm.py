@@ -1,0 +1,37 @@
+"""The offline API: `LLM(model_dir, **config_overrides).generate(prompts, params)`."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from engine.config import EngineConfig
+from engine.llm_engine import LLMEngine, Prompt
+from engine.outputs import CompletionOutput
+from engine.sampling_params import SamplingParams
+
+
+class LLM:
+    def __init__(self, model: str, **config_overrides) -> None:
+        unknown = set(config_overrides) - EngineConfig.field_names()
+        if unknown:
+            raise ValueError(f"unknown engine config field(s): {sorted(unknown)}")
+        self.engine = LLMEngine(EngineConfig(model=str(model), **config_overrides))
+
+    def generate(self, prompts: Prompt | Sequence[Prompt],
+                 params: SamplingParams | Sequence[SamplingParams] | None = None
+                 ) -> list[CompletionOutput]:
+        """Run every prompt to completion; one output per prompt, in order. A single prompt
+        (a string or a list of token ids) is treated as a batch of one. If any prompt is
+        invalid, nothing is submitted and the ValueError names the field."""
+        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
+            prompts = [prompts]
+        if params is None or isinstance(params, SamplingParams):
+            params = [params or SamplingParams()] * len(prompts)
+        if len(params) != len(prompts):
+            raise ValueError(f"params: {len(params)} given for {len(prompts)} prompts")
+        for prompt in prompts:
+            self.engine.tokenize_prompt(prompt)
+        ids = [self.engine.add_call(p, sp) for p, sp in zip(prompts, params)]
+        while self.engine.has_unfinished_calls():
+            self.engine.step()
+        return [self.engine.pop_completion(i) for i in ids]

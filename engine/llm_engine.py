@@ -1,0 +1,179 @@
+"""LLMEngine: the step loop that joins the scheduler, the KV cache manager and an executor."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Callable, Sequence
+
+from engine.call import Call, FinishReason
+from engine.config import EngineConfig
+from engine.executor import Executor, StepResult
+from engine.loader import read_model_dir
+from engine.model_runner import ModelRunner
+from engine.outputs import CompletionOutput, StepOutput
+from engine.sampling_params import SamplingParams
+from engine.tokenizer import load_tokenizer
+from kvcache.manager import KVCacheManager
+from scheduler.config import SchedulerConfig
+from scheduler.plan import SchedulePlan
+from scheduler.policy import make_policy
+from scheduler.scheduler import Scheduler
+
+Prompt = str | Sequence[int]
+
+
+class LLMEngine:
+    """Accepts calls, runs steps, returns per-step outputs.
+
+    Contract: `add_call` validates everything up front (ValueError naming the field) so a
+    call that enters the scheduler can always run; `abort_call` and finishing release all
+    of a call's blocks at once. The clock is injected (wall clock by default).
+    """
+
+    def __init__(self, config: EngineConfig, executor: Executor | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.clock = clock
+        files = read_model_dir(config.model)
+        self.vocab_size = files.args.vocab_size
+        self.eos_token_ids = frozenset(files.eos_token_ids)
+        self.max_model_len = min(config.max_model_len or files.args.max_position_embeddings,
+                                 files.args.max_position_embeddings)
+        self.tokenizer = load_tokenizer(files.path)
+        self.runner = ModelRunner(config, files, self.max_model_len) if executor is None else None
+        self.executor: Executor = executor or self.runner
+        num_blocks = self.runner.num_kv_blocks if self.runner else config.num_kv_blocks
+        self.kv = KVCacheManager(num_blocks, config.block_size, config.num_host_blocks,
+                                 config.enable_prefix_caching)
+        self.scheduler = Scheduler(
+            SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens,
+                            config.enable_chunked_prefill, config.preemption_mode,
+                            config.multistep),
+            self.kv, make_policy(config.policy))
+        self.calls: dict[str, Call] = {}
+        self._arrivals = itertools.count()
+
+    # ----- calls ------------------------------------------------------------------------
+    def add_call(self, prompt: Prompt, params: SamplingParams | None = None,
+                 call_id: str | None = None) -> str:
+        params = params or SamplingParams()
+        if not isinstance(params, SamplingParams):
+            raise ValueError(f"params must be SamplingParams, got {type(params).__name__}")
+        token_ids = self.tokenize_prompt(prompt)
+        index = next(self._arrivals)
+        call_id = call_id if call_id is not None else f"call-{index}"
+        if call_id in self.calls:
+            raise ValueError(f"call_id {call_id!r} is already in use")
+        call = Call(call_id, token_ids, params, self.clock(), index, self.max_model_len)
+        self.calls[call_id] = call
+        self.scheduler.add(call, call.arrival_time)
+        return call_id
+
+    def abort_call(self, call_id: str) -> None:
+        """Stop a call now and free its blocks; unknown or finished ids are ignored."""
+        call = self.calls.get(call_id)
+        if call is not None and not call.is_finished:
+            self._finish(call, FinishReason.ABORT)
+
+    def tokenize_prompt(self, prompt: Prompt) -> list[int]:
+        """The prompt's token ids, or a ValueError naming what is wrong with it."""
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise ValueError("prompt: text prompts need a tokenizer in the model directory")
+            token_ids = self.tokenizer.encode(prompt)
+        else:
+            token_ids = list(prompt)
+        if not token_ids:
+            raise ValueError("prompt: must not be empty")
+        bad = [t for t in token_ids if not isinstance(t, int) or not 0 <= t < self.vocab_size]
+        if bad:
+            raise ValueError(f"prompt_token_ids: {bad[0]!r} is outside the vocabulary "
+                             f"[0, {self.vocab_size})")
+        if len(token_ids) >= self.max_model_len:
+            raise ValueError(f"prompt: {len(token_ids)} tokens leaves no room to generate in "
+                             f"the model's context of {self.max_model_len}")
+        if not self.config.enable_chunked_prefill \
+                and len(token_ids) > self.config.max_num_batched_tokens:
+            raise ValueError(f"prompt: {len(token_ids)} tokens exceed max_num_batched_tokens "
+                             f"({self.config.max_num_batched_tokens}) with chunked prefill off")
+        blocks = -(-(len(token_ids) + 1) // self.config.block_size)
+        if blocks > self.kv.pool.num_usable:
+            raise ValueError(f"prompt: {len(token_ids)} tokens need {blocks} KV blocks, the "
+                             f"cache has {self.kv.pool.num_usable}")
+        return token_ids
+
+    # ----- the step ---------------------------------------------------------------------
+    def step(self) -> list[StepOutput]:
+        plan = self.scheduler.schedule(self.clock())
+        result = self.executor.execute(plan)
+        return self.apply(plan, result)
+
+    def apply(self, plan: SchedulePlan, result: StepResult) -> list[StepOutput]:
+        """Append sampled tokens, stop calls that are done, charge service, cache blocks."""
+        now = self.clock()
+        self.scheduler.charge(plan, now - plan.created_at, now,
+                              by_tokens=self.config.service_mode == "tokens")
+        outputs = []
+        for chunk, tokens in zip(plan.chunks, result.tokens):
+            call = chunk.call
+            if call.is_finished:
+                continue
+            call.num_computed_tokens = chunk.start + chunk.num_tokens
+            new, reason = [], None
+            for token in tokens:
+                if new:
+                    call.num_computed_tokens += 1
+                call.all_token_ids.append(token)
+                new.append(token)
+                reason = self._stop_reason(call, token)
+                if reason:
+                    break
+            if self.config.enable_prefix_caching:
+                self.kv.cache_blocks(call.call_id, call.all_token_ids, call.num_computed_tokens)
+            if reason:
+                self._finish(call, reason)
+            if new or reason:
+                outputs.append(StepOutput(call.call_id, new, reason is not None, reason))
+        return outputs
+
+    def _stop_reason(self, call: Call, token: int) -> str | None:
+        p = call.params
+        if token in p.stop_token_ids or (not p.ignore_eos and token in self.eos_token_ids):
+            return FinishReason.STOP
+        if p.stop and self._cut_stop_string(call):
+            return FinishReason.STOP
+        if call.num_remaining_tokens <= 0:
+            return FinishReason.LENGTH
+        return None
+
+    def _cut_stop_string(self, call: Call) -> bool:
+        text = self.tokenizer.decode(call.output_token_ids) if self.tokenizer else ""
+        hits = [i for i in (text.find(s) for s in call.params.stop) if i >= 0]
+        if hits:
+            call.output_text = text[:min(hits)]
+        return bool(hits)
+
+    def _finish(self, call: Call, reason: str) -> None:
+        call.finish_reason = reason
+        if call.output_text is None and self.tokenizer is not None:
+            call.output_text = self.tokenizer.decode(call.output_token_ids)
+        self.scheduler.finish(call, self.clock())
+
+    # ----- results and checks -----------------------------------------------------------
+    def has_unfinished_calls(self) -> bool:
+        return self.scheduler.num_unfinished > 0
+
+    def pop_completion(self, call_id: str) -> CompletionOutput:
+        """Hand over a finished call's result and forget the call."""
+        call = self.calls[call_id]
+        if not call.is_finished:
+            raise ValueError(f"call_id {call_id!r} has not finished")
+        del self.calls[call_id]
+        return CompletionOutput(call.call_id, call.prompt_token_ids, call.output_token_ids,
+                                call.output_text or "", call.finish_reason or "",
+                                call.num_cached_tokens, call.num_preemptions)
+
+    def check_integrity(self) -> None:
+        """Raise if any KV block or host block is leaked or double-owned."""
+        self.kv.check_integrity()

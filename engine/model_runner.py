@@ -1,0 +1,123 @@
+"""Runs a SchedulePlan on a real Llama model over the paged KV cache (CPU or CUDA)."""
+
+from __future__ import annotations
+
+import torch
+
+from engine.config import EngineConfig
+from engine.executor import StepResult
+from engine.loader import ModelFiles, load_model
+from engine.models.attention import AttentionMetadata
+from engine.sampler import Sampler
+from kvcache.kv_tensor import KVCacheSpec, allocate_kv_cache, layer_kv
+from kvcache.swap import BulkSwapper
+from scheduler.plan import SchedulePlan, ScheduledChunk
+
+
+def num_blocks_for_memory(spec_one_block: KVCacheSpec, memory_gb: float) -> int:
+    return max(2, int(memory_gb * 2**30) // spec_one_block.bytes_per_block)
+
+
+class ModelRunner:
+    """Owns the model weights, the block-major KV cache and the host swap pool."""
+
+    def __init__(self, config: EngineConfig, files: ModelFiles, max_model_len: int) -> None:
+        self.device = torch.device(config.device)
+        self.dtype = getattr(torch, config.dtype)
+        self.block_size = config.block_size
+        args = files.args
+        self.model = load_model(files, max_model_len + config.multistep, self.dtype, self.device)
+        spec = KVCacheSpec(num_blocks=1, num_layers=args.num_layers, block_size=config.block_size,
+                           num_kv_heads=args.num_kv_heads, head_dim=args.head_dim,
+                           dtype=self.dtype)
+        num_blocks = config.num_kv_blocks or num_blocks_for_memory(spec, config.kv_cache_memory_gb)
+        self.kv_spec = KVCacheSpec(num_blocks=num_blocks, num_layers=spec.num_layers,
+                                   block_size=spec.block_size, num_kv_heads=spec.num_kv_heads,
+                                   head_dim=spec.head_dim, dtype=spec.dtype)
+        self.kv_cache = allocate_kv_cache(self.kv_spec, self.device)
+        self.kv_layers = [layer_kv(self.kv_cache, i) for i in range(args.num_layers)]
+        self.swapper = BulkSwapper(self.kv_cache, config.num_host_blocks)
+        self.sampler = Sampler(config.seed)
+
+    @property
+    def num_kv_blocks(self) -> int:
+        return self.kv_spec.num_blocks
+
+    @torch.inference_mode()
+    def execute(self, plan: SchedulePlan) -> StepResult:
+        self.swapper.swap_out(plan.swap_out)
+        self.swapper.swap_in(plan.swap_in)
+        if not plan.chunks:
+            return StepResult([])
+        input_ids, positions, meta, sample_rows = self._prepare(plan.chunks)
+        sampling = [(i, c) for i, c in enumerate(plan.chunks) if c.samples]
+        tokens: list[list[int]] = [[] for _ in plan.chunks]
+        for step in range(plan.num_steps):
+            hidden = self.model(input_ids, positions, self.kv_layers, meta)
+            logits = self.model.logits(hidden[sample_rows])
+            sampled = self.sampler(logits, [c.call.params for _, c in sampling],
+                                   [c.call.num_output_tokens + step for _, c in sampling])
+            for (i, _), token in zip(sampling, sampled):
+                tokens[i].append(token)
+            if step + 1 < plan.num_steps:
+                input_ids = torch.tensor(sampled, dtype=torch.long, device=self.device)
+                positions = positions + 1
+                meta = self._advance_decode(meta, positions)
+        return StepResult(tokens)
+
+    def _prepare(self, chunks: list[ScheduledChunk]
+                 ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, torch.Tensor]:
+        """Flatten the chunks (decodes first) into token, position and slot tensors."""
+        bs = self.block_size
+        ids: list[int] = []
+        pos: list[int] = []
+        slots: list[int] = []
+        sample_rows: list[int] = []
+        decode, prefill = [], []
+        for c in chunks:
+            start, end = c.start, c.start + c.num_tokens
+            ids.extend(c.call.all_token_ids[start:end])
+            pos.extend(range(start, end))
+            table = c.block_table
+            slots.extend(table[p // bs] * bs + p % bs for p in range(start, end))
+            (decode if c.is_decode else prefill).append(c)
+            if c.samples:
+                sample_rows.append(len(ids) - 1)
+        dev = self.device
+
+        def tensor(values, dtype=torch.int32):
+            return torch.tensor(values, dtype=dtype, device=dev)
+
+        qsl = [0]
+        for c in prefill:
+            qsl.append(qsl[-1] + c.num_tokens)
+        meta = AttentionMetadata(
+            slot_mapping=tensor(slots, torch.long),
+            num_decode_tokens=len(decode),
+            decode_block_tables=self._block_tables(decode),
+            decode_context_lens=tensor([c.start + 1 for c in decode]),
+            prefill_block_tables=self._block_tables(prefill),
+            prefill_query_start_loc=tensor(qsl),
+            prefill_context_lens=tensor([c.start + c.num_tokens for c in prefill]),
+        )
+        return tensor(ids, torch.long), tensor(pos, torch.long), meta, tensor(sample_rows, torch.long)
+
+    def _block_tables(self, chunks: list[ScheduledChunk]) -> torch.Tensor:
+        width = max((len(c.block_table) for c in chunks), default=0)
+        rows = [c.block_table + [0] * (width - len(c.block_table)) for c in chunks]
+        return torch.tensor(rows, dtype=torch.int32, device=self.device).reshape(len(chunks), width)
+
+    def _advance_decode(self, meta: AttentionMetadata, positions: torch.Tensor) -> AttentionMetadata:
+        """Metadata for the next multistep decode step: every row moves one token on."""
+        bs = self.block_size
+        tables = meta.decode_block_tables.long()
+        block_ids = tables.gather(1, (positions // bs).unsqueeze(1)).squeeze(1)
+        return AttentionMetadata(
+            slot_mapping=block_ids * bs + positions % bs,
+            num_decode_tokens=meta.num_decode_tokens,
+            decode_block_tables=meta.decode_block_tables,
+            decode_context_lens=meta.decode_context_lens + 1,
+            prefill_block_tables=meta.prefill_block_tables,
+            prefill_query_start_loc=meta.prefill_query_start_loc,
+            prefill_context_lens=meta.prefill_context_lens,
+        )

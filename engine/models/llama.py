@@ -1,0 +1,128 @@
+"""Llama-family decoder over a paged KV cache (GQA, Llama-3 RoPE scaling, tied or untied
+embeddings). Module names match Hugging Face's checkpoints, so weights load by name."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from engine.models.attention import AttentionMetadata, paged_attention
+from engine.models.layers import RMSNorm, RopeScaling, RotaryEmbedding, SwiGLU
+
+
+@dataclass(frozen=True)
+class LlamaArgs:
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    rope_scaling: RopeScaling | None
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+
+    @classmethod
+    def from_hf_config(cls, cfg: dict) -> "LlamaArgs":
+        """Read a Hugging Face `config.json` dict (transformers 4 or 5 layout)."""
+        rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+        theta = cfg.get("rope_theta", rope.get("rope_theta", 10000.0))
+        scaling = None
+        if rope.get("rope_type", rope.get("type")) == "llama3":
+            scaling = RopeScaling(
+                factor=float(rope["factor"]),
+                low_freq_factor=float(rope["low_freq_factor"]),
+                high_freq_factor=float(rope["high_freq_factor"]),
+                original_max_position_embeddings=int(rope["original_max_position_embeddings"]),
+            )
+        elif rope.get("rope_type", rope.get("type", "default")) != "default":
+            raise ValueError(f"rope_type {rope.get('rope_type')!r} is not supported")
+        heads = cfg["num_attention_heads"]
+        return cls(
+            vocab_size=cfg["vocab_size"],
+            hidden_size=cfg["hidden_size"],
+            intermediate_size=cfg["intermediate_size"],
+            num_layers=cfg["num_hidden_layers"],
+            num_heads=heads,
+            num_kv_heads=cfg.get("num_key_value_heads") or heads,
+            head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
+            rms_norm_eps=cfg.get("rms_norm_eps", 1e-6),
+            rope_theta=float(theta),
+            rope_scaling=scaling,
+            max_position_embeddings=cfg.get("max_position_embeddings", 2048),
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        )
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, args: LlamaArgs) -> None:
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = (
+            args.num_heads, args.num_kv_heads, args.head_dim)
+        self.q_proj = nn.Linear(args.hidden_size, args.num_heads * args.head_dim, bias=False)
+        self.k_proj = nn.Linear(args.hidden_size, args.num_kv_heads * args.head_dim, bias=False)
+        self.v_proj = nn.Linear(args.hidden_size, args.num_kv_heads * args.head_dim, bias=False)
+        self.o_proj = nn.Linear(args.num_heads * args.head_dim, args.hidden_size, bias=False)
+        self.scale = args.head_dim ** -0.5
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding,
+                kv: tuple[torch.Tensor, torch.Tensor], meta: AttentionMetadata) -> torch.Tensor:
+        t = x.shape[0]
+        q = self.q_proj(x).view(t, self.num_heads, self.head_dim)
+        k = self.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
+        v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
+        q, k = rope(positions, q, k)
+        out = paged_attention(q, k, v, kv[0], kv[1], meta, self.scale)
+        return self.o_proj(out.reshape(t, -1))
+
+
+class LlamaDecoderLayer(nn.Module):
+    def __init__(self, args: LlamaArgs) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
+        self.self_attn = LlamaAttention(args)
+        self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
+        self.mlp = SwiGLU(args.hidden_size, args.intermediate_size)
+
+    def forward(self, x, positions, rope, kv, meta) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), positions, rope, kv, meta)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, args: LlamaArgs, max_positions: int) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(args.vocab_size, args.hidden_size)
+        self.layers = nn.ModuleList(LlamaDecoderLayer(args) for _ in range(args.num_layers))
+        self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
+        self.rotary = RotaryEmbedding(args.head_dim, max_positions, args.rope_theta,
+                                      args.rope_scaling)
+
+
+class LlamaForCausalLM(nn.Module):
+    """`forward` runs a flattened token batch and returns hidden states; `logits` projects
+    only the rows that are sampled. `kv_layers[i]` are layer i's (K, V) cache views."""
+
+    def __init__(self, args: LlamaArgs, max_positions: int) -> None:
+        super().__init__()
+        self.args = args
+        self.model = LlamaModel(args, max_positions)
+        self.lm_head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
+        if args.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                kv_layers: list[tuple[torch.Tensor, torch.Tensor]],
+                meta: AttentionMetadata) -> torch.Tensor:
+        x = self.model.embed_tokens(input_ids)
+        for layer, kv in zip(self.model.layers, kv_layers):
+            x = layer(x, positions, self.model.rotary, kv, meta)
+        return self.model.norm(x)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden).float()

@@ -1,0 +1,28 @@
+"""What the engine hands back: per-step deltas and finished completions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    """Tokens one call produced in one engine step."""
+
+    call_id: str
+    new_token_ids: list[int]
+    finished: bool
+    finish_reason: str | None
+
+
+@dataclass(frozen=True)
+class CompletionOutput:
+    """A finished call: generated ids, their text (stop string cut off) and why it ended."""
+
+    call_id: str
+    prompt_token_ids: list[int]
+    token_ids: list[int]
+    text: str
+    finish_reason: str
+    num_cached_tokens: int
+    num_preemptions: int

@@ -1,0 +1,35 @@
+"""What the scheduler needs to know about a call, without knowing the engine's Call class."""
+
+from __future__ import annotations
+
+import enum
+from typing import Protocol
+
+
+class CallStatus(enum.Enum):
+    WAITING = "waiting"      # queued; holds no KV blocks (or only a prefix hit being set up)
+    RUNNING = "running"      # holds device KV blocks for its computed tokens
+    SWAPPED = "swapped"      # preempted; its KV lives in the host pool
+    FINISHED = "finished"    # done; all blocks released
+
+
+class SchedulableCall(Protocol):
+    """A call as the scheduler sees it. `all_token_ids` is prompt + generated so far;
+    `num_computed_tokens` of them have their K/V in the cache."""
+
+    call_id: str
+    arrival_time: float
+    arrival_index: int
+    status: CallStatus
+    num_computed_tokens: int
+    num_cached_tokens: int
+    num_preemptions: int
+    all_token_ids: list[int]
+
+    @property
+    def num_tokens(self) -> int: ...
+
+    @property
+    def num_remaining_tokens(self) -> int:
+        """Tokens the call may still generate before a length limit stops it."""
+        ...

@@ -1,0 +1,55 @@
+"""The scheduler's output for one engine step: what runs, what moves, for how many steps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from scheduler.call_state import SchedulableCall
+
+
+@dataclass(frozen=True)
+class ScheduledChunk:
+    """Run `num_tokens` tokens of `call` starting at token `start` (its computed count).
+
+    `block_table` covers at least `start + num_tokens + num_steps - 1` tokens. A chunk that
+    reaches the call's last token samples the next one (`samples`); a partial prefill
+    chunk does not.
+    """
+
+    call: SchedulableCall
+    start: int
+    num_tokens: int
+    block_table: list[int]
+
+    @property
+    def samples(self) -> bool:
+        return self.start + self.num_tokens == self.call.num_tokens
+
+    @property
+    def is_decode(self) -> bool:
+        return self.num_tokens == 1 and self.samples
+
+
+@dataclass
+class SchedulePlan:
+    """Built up by the scheduler during one round, read-only afterwards.
+
+    Chunks are ordered decodes first, then prefill chunks. `num_steps > 1` only when every
+    chunk is a decode (multistep). The executor copies `swap_out` pairs (device, host) first,
+    then `swap_in` pairs (host, device), then runs the chunks. `created_at` is the clock
+    reading the round was planned at."""
+
+    created_at: float
+    chunks: list[ScheduledChunk] = field(default_factory=list)
+    num_steps: int = 1
+    swap_out: list[tuple[int, int]] = field(default_factory=list)
+    swap_in: list[tuple[int, int]] = field(default_factory=list)
+    preempted: list[str] = field(default_factory=list)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.chunks and not self.swap_out and not self.swap_in
+
+    @property
+    def num_batched_tokens(self) -> int:
+        return sum(c.num_tokens for c in self.chunks)
