@@ -38,11 +38,26 @@ def tiny_llama(request, tmp_path_factory):
     return str(path), model
 
 
+def save_word_tokenizer(path) -> None:
+    """A word-level tokenizer whose token i is the word `w{i}` (ids 0-2: pad, bos, eos)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {f"w{i}": i for i in range(TINY_LLAMA["vocab_size"])}
+    vocab.update({"<pad>": 0, "<s>": 1, "</s>": 2})
+    del vocab["w0"], vocab["w1"], vocab["w2"]
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>",
+                            eos_token="</s>").save_pretrained(path)
+
+
 @pytest.fixture(scope="session")
 def tiny_llama_dir(tmp_path_factory):
-    """A tied tiny Llama for tests that need a model but not the reference."""
+    """A tied tiny Llama with a word-level tokenizer, for tests that need no reference."""
     path = tmp_path_factory.mktemp("tiny-llama-plain")
     build_tiny_llama(path, tie_word_embeddings=True)
+    save_word_tokenizer(path)
     return str(path)
 
 

@@ -1,0 +1,71 @@
+"""Bad input gets a ValueError naming the field, and the engine stays usable."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine import LLM, EngineConfig, SamplingParams
+
+
+@pytest.fixture(scope="module")
+def llm(tiny_llama_dir):
+    return LLM(tiny_llama_dir, block_size=8, num_kv_blocks=64, max_model_len=64)
+
+
+def still_works(llm):
+    out = llm.generate([[5, 6, 7]], SamplingParams(max_tokens=3, ignore_eos=True))
+    assert len(out[0].token_ids) == 3
+    llm.engine.check_integrity()
+    assert not llm.engine.has_unfinished_calls()
+    assert llm.engine.kv.num_free_blocks == llm.engine.kv.pool.num_usable
+
+
+@pytest.mark.parametrize("prompt, field", [
+    ([], "prompt"),
+    ("", "prompt"),
+    (list(range(3, 3 + 64)), "prompt"),
+    ([5, 384], "prompt_token_ids"),
+    ([5, -1], "prompt_token_ids"),
+])
+def test_bad_prompts(llm, prompt, field):
+    with pytest.raises(ValueError, match=field):
+        llm.generate([[5, 6], prompt], SamplingParams(max_tokens=2))
+    still_works(llm)
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(max_tokens=0), "max_tokens"),
+    (dict(max_tokens=-3), "max_tokens"),
+    (dict(top_p=0.0), "top_p"),
+    (dict(top_p=1.5), "top_p"),
+    (dict(temperature=-1.0), "temperature"),
+    (dict(top_k=-2), "top_k"),
+])
+def test_bad_sampling_params(llm, kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        SamplingParams(**kwargs)
+    still_works(llm)
+
+
+def test_prompt_longer_than_the_context_is_refused_by_the_engine(llm):
+    with pytest.raises(ValueError, match="prompt: 70 tokens"):
+        llm.engine.add_call(list(range(3, 73)))
+    assert not llm.engine.has_unfinished_calls()
+    still_works(llm)
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(block_size=0), "block_size"),
+    (dict(preemption_mode="drop"), "preemption_mode"),
+    (dict(preemption_mode="swap"), "num_host_blocks"),
+    (dict(dtype="int8"), "dtype"),
+    (dict(multistep=0), "multistep"),
+])
+def test_bad_engine_config(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        EngineConfig(model="x", **kwargs)
+
+
+def test_unknown_config_override(tiny_llama_dir):
+    with pytest.raises(ValueError, match="no_such_knob"):
+        LLM(tiny_llama_dir, no_such_knob=1)
