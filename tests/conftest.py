@@ -10,6 +10,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest
 import torch
 
+if not torch.cuda.is_available():
+    # Triton kernels run under the interpreter on CPU machines; this must be set before any
+    # test imports triton. On a GPU the same tests run compiled for real.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 TINY_LLAMA = dict(
     vocab_size=384, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
     num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,

@@ -7,7 +7,6 @@ tests run the compiled kernels on CUDA tensors.
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from dataclasses import dataclass
@@ -15,14 +14,12 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-if not torch.cuda.is_available() and "TRITON_INTERPRET" not in os.environ:
-    os.environ["TRITON_INTERPRET"] = "1"
-    # Triton chooses compile-or-interpret when a kernel is decorated. If another test package
-    # imported `kernels` before this file ran, re-import the kernel modules so they interpret.
-    for _name in ("kernels._compat", "kernels.store_kv", "kernels.decode_attention",
-                  "kernels.prefill_attention", "kernels.block_copy"):
-        if _name in sys.modules:
-            importlib.reload(sys.modules[_name])
+# The interpreter must be chosen before triton is first imported (`import kernels` does not
+# import it). If something imported triton earlier without it, the Triton tests cannot run here.
+TRITON_TOO_EARLY = (not torch.cuda.is_available() and "triton" in sys.modules
+                    and os.environ.get("TRITON_INTERPRET") != "1")
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 1e-2}
@@ -83,7 +80,8 @@ def make_paged_kv(context_lens: list[int], *, block_size: int, num_kv_heads: int
                    torch.tensor(context_lens, dtype=torch.int32, device=DEVICE), dense_k, dense_v)
 
 
-def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    scale: float) -> torch.Tensor:
     """Dense causal attention of one sequence's last q.shape[0] positions, head by head in fp64.
 
     q: [q_len, q_heads, d]; k, v: [ctx, kv_heads, d] contiguous (ctx >= q_len). Returns fp64.
@@ -99,6 +97,13 @@ def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
             scores = (kh[:visible] @ q[j, h].double()) * scale
             out[j, h] = torch.softmax(scores, dim=0) @ vh[:visible]
     return out
+
+
+@pytest.fixture(autouse=True)
+def _triton_mode_is_usable():
+    if TRITON_TOO_EARLY:
+        pytest.fail("triton was imported before tests/kernels/conftest.py set TRITON_INTERPRET=1; "
+                    "set it earlier (e.g. in tests/conftest.py) on machines without CUDA")
 
 
 # Helpers reach the tests as fixtures (importing a conftest module by name is ambiguous).

@@ -59,3 +59,11 @@ def test_bad_head_ratio_raises_value_error(device, make_paged_kv):
     with pytest.raises(ValueError, match="multiple"):
         paged_decode_attention_ref(q, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens,
                                    1.0)
+
+
+def test_triton_rejects_block_size_not_power_of_two(device, make_paged_kv):
+    kv = make_paged_kv([3], block_size=12, num_kv_heads=1, head_dim=HEAD_DIM,
+                       dtype=torch.float32)
+    q = _query(1, 1, torch.float32, device)
+    with pytest.raises(ValueError, match="power of two"):
+        paged_decode_attention(q, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, 1.0)

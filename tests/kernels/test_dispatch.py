@@ -40,7 +40,7 @@ def test_cpu_tensors_use_the_references(monkeypatch, make_paged_kv):
     staging = torch.empty((1, *kv_cpu.shape[1:]))
     kernels.gather_blocks(kv_cpu, torch.tensor([2]), staging)
     kernels.scatter_blocks(staging, torch.tensor([3]), kv_cpu)
-    assert torch.equal(kv_cpu[3], kv_cpu[2])
+    torch.testing.assert_close(kv_cpu[3], kv_cpu[2], rtol=0, atol=0, equal_nan=True)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -53,20 +53,21 @@ def test_cuda_tensors_use_the_triton_kernels(monkeypatch):
 
 
 def test_import_without_triton_uses_references():
-    # A CPU-only install may lack triton: `kernels` must import and the references must run.
+    # A CPU-only install may lack triton: `kernels` must import (without importing triton even
+    # when it is there) and run the references; only a Triton entry point fails, on use.
     code = (
-        "import sys; sys.modules['triton'] = None\n"
-        "import torch, kernels\n"
-        "k = torch.zeros(2, 4, 1, 8); out = torch.zeros(1, 1, 8)\n"
-        "kernels.store_kvcache(torch.ones(1, 1, 8), torch.ones(1, 1, 8), k, k, torch.tensor([5]))\n"
+        "import sys, torch, kernels\n"
+        "assert 'triton' not in sys.modules\n"
+        "sys.modules['triton'] = None  # from here on, triton cannot be imported\n"
+        "k = torch.zeros(2, 4, 1, 8); row = torch.ones(1, 1, 8)\n"
+        "kernels.store_kvcache(row, row, k, k, torch.tensor([5]))\n"
         "assert k[1, 1].sum() == 8\n"
-        "from kernels import store_kv\n"
         "try:\n"
-        "    store_kv.store_kvcache(out, out, k, k, torch.tensor([0]))\n"
-        "except RuntimeError as e:\n"
-        "    assert 'triton' in str(e)\n"
+        "    kernels.store_kv.store_kvcache(row, row, k, k, torch.tensor([0]))\n"
+        "except ImportError:\n"
+        "    pass\n"
         "else:\n"
-        "    raise AssertionError('expected RuntimeError')\n"
+        "    raise AssertionError('expected ImportError')\n"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
                             text=True, timeout=60)

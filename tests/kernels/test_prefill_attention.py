@@ -74,3 +74,13 @@ def test_context_shorter_than_chunk_raises_value_error(device, make_paged_kv):
     with pytest.raises(ValueError, match="context_lens"):
         paged_prefill_attention_ref(q, kv.k_cache, kv.v_cache, kv.block_tables, starts,
                                     kv.context_lens, 1.0)
+
+
+def test_odd_block_size_and_head_dim(device, make_paged_kv, assert_close):
+    # The prefill kernel looks up each key's block, so any block size and head_dim work.
+    kv = make_paged_kv([20, 9], block_size=8, num_kv_heads=2, head_dim=24, dtype=torch.float32)
+    gen = torch.Generator().manual_seed(5)
+    q = torch.randn(13, 4, 24, generator=gen).to(device)
+    starts = torch.tensor([0, 4, 13], dtype=torch.int32, device=device)
+    args = (q, kv.k_cache, kv.v_cache, kv.block_tables, starts, kv.context_lens, 0.2)
+    assert_close(paged_prefill_attention(*args), paged_prefill_attention_ref(*args))
