@@ -1,0 +1,54 @@
+"""Offline throughput: Agentix against transformers `generate` (static batches of 8 and 32),
+same ShareGPT-length requests, same model (SmolLM2-135M-Instruct), same dtype, one run.
+
+    python -m bench.throughput [--num 64] [--max-output-tokens 256]
+
+Each measurement runs in its own fresh process (so peak RSS is its own); the table reports
+tokens/s, seconds, peak RSS, and the ratio of Agentix to the better transformers figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Sequence
+
+from bench.measure import run_in_subprocess
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--num", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-prompt-tokens", type=int, default=512)
+    parser.add_argument("--max-output-tokens", type=int, default=256)
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--max-num-seqs", type=int, default=64)
+    parser.add_argument("--hf-batch-sizes", default="8,32")
+    args = parser.parse_args(argv)
+    from transformers import AutoTokenizer
+
+    from bench.sharegpt import describe, sample_requests
+    from engine.models.smollm2 import ensure_smollm2_dir
+
+    model_dir = str(ensure_smollm2_dir())
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    requests = sample_requests(tokenizer, args.num, args.seed, args.max_prompt_tokens,
+                               args.max_output_tokens)
+    print(describe(requests))
+    config = dict(dtype=args.dtype, max_num_seqs=args.max_num_seqs, kv_cache_memory_gb=2.0)
+    rows = [("agentix", run_in_subprocess("bench.engine_run:run_agentix", dict(
+        model_dir=model_dir, requests=requests, config=config)))]
+    for batch in (int(b) for b in args.hf_batch_sizes.split(",")):
+        rows.append((f"transformers generate, batch {batch}", run_in_subprocess(
+            "bench.hf_baseline:run_hf_generate",
+            dict(model_dir=model_dir, requests=requests, batch_size=batch, dtype=args.dtype))))
+    best_hf = max(r["tokens_per_s"] for name, r in rows[1:])
+    print(f"\n| engine | tokens | seconds | tokens/s | peak RSS MiB | vs best transformers |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for name, r in rows:
+        print(f"| {name} | {r['tokens']} | {r['seconds']:.1f} | {r['tokens_per_s']:.1f} | "
+              f"{r['peak_rss_mb']:.0f} | {r['tokens_per_s'] / best_hf:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
