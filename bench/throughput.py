@@ -35,7 +35,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     requests = sample_requests(tokenizer, args.num, args.seed, args.max_prompt_tokens,
                                args.max_output_tokens)
     print(describe(requests))
-    config = dict(dtype=args.dtype, max_num_seqs=args.max_num_seqs, kv_cache_memory_gb=2.0)
+    config = dict(dtype=args.dtype, max_num_seqs=args.max_num_seqs, kv_cache_memory_gb=1.2)
     rows = [("agentix", run_in_subprocess("bench.engine_run:run_agentix", dict(
         model_dir=model_dir, requests=requests, config=config)))]
     for batch in (int(b) for b in args.hf_batch_sizes.split(",")):

@@ -29,9 +29,8 @@ class LLM:
             params = [params or SamplingParams()] * len(prompts)
         if len(params) != len(prompts):
             raise ValueError(f"params: {len(params)} given for {len(prompts)} prompts")
-        for prompt in prompts:
-            self.engine.tokenize_prompt(prompt)
-        ids = [self.engine.add_call(p, sp) for p, sp in zip(prompts, params)]
+        token_ids = [self.engine.tokenize_prompt(p) for p in prompts]
+        ids = [self.engine.add_call(t, sp) for t, sp in zip(token_ids, params)]
         while self.engine.has_unfinished_calls():
             self.engine.step()
         return [self.engine.pop_completion(i) for i in ids]

@@ -5,7 +5,7 @@ Contract (both implementations):
                   already in the cache)
     k_cache, v_cache: [num_blocks, block_size, num_kv_heads, head_dim], any strides
     block_tables: int32 [batch, max_blocks_per_seq]; entries past a sequence's context are
-                  padding and never read
+                  padding (the null block); the reference reads them masked, the kernel never
     context_lens: int32 [batch], cached tokens per sequence including the current one; 0 marks a
                   padding row, whose output is zeros
     scale:        softmax scale (usually head_dim ** -0.5)
@@ -43,39 +43,54 @@ def _check(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     return num_q_heads // num_kv_heads
 
 
+ROWS_PER_GROUP = 8  # the reference pads each group of similar-length rows separately
+
+
 def paged_decode_attention_ref(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                                block_tables: torch.Tensor, context_lens: torch.Tensor,
                                scale: float) -> torch.Tensor:
     """Torch reference of `paged_decode_attention`, vectorized over the batch (CPU hot path).
 
-    Builds one [batch, max_len] gather index of (block, offset) pairs, gathers K/V into padded
-    [batch, max_len, kv_heads, head_dim] tensors and runs one masked fp32 SDPA over the batch.
-    Positions past a context gather position 0 of the same sequence instead (masked out, but
-    finite, so stale cache slots are never read, even when they hold NaN).
+    Rows are sorted by context length and taken in groups of `ROWS_PER_GROUP`, so each group
+    is padded only to its own longest context. A group gathers whole blocks (one
+    `index_select`, a memcpy per block) into [rows, blocks * block_size, kv_heads, head_dim]
+    and runs one masked SDPA. Slots past a context are read and masked out, so they must hold
+    finite values (the engine's cache starts zeroed and only finite K/V are written).
     """
     group = _check(query, k_cache, v_cache, block_tables, context_lens)
     batch, num_q_heads, head_dim = query.shape
-    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
-    lens = context_lens.to(device=query.device, dtype=torch.long)
-    max_len = int(lens.max()) if batch > 0 else 0
-    if max_len == 0:
-        return torch.zeros_like(query)
+    out = torch.zeros_like(query)
+    lens = context_lens.to(dtype=torch.long)
+    order = torch.argsort(lens.cpu(), descending=True)
+    sorted_lens = lens.cpu()[order].tolist()
+    for first in range(0, batch, ROWS_PER_GROUP):
+        if sorted_lens[first] == 0:
+            break
+        rows = order[first:first + ROWS_PER_GROUP].to(query.device)
+        out[rows] = _attend_group(query[rows], k_cache, v_cache, block_tables[rows], lens[rows],
+                                  sorted_lens[first], group, scale)
+    return out
 
-    positions = torch.arange(max_len, device=query.device)
-    valid = positions[None, :] < lens[:, None]  # [batch, max_len]
-    safe = torch.where(valid, positions[None, :], 0)
-    tables = block_tables[:, : -(-max_len // block_size)].to(device=query.device,
-                                                             dtype=torch.long)
-    blocks, offsets = torch.gather(tables, 1, safe // block_size), safe % block_size
-    # [batch, max_len, kv, d] -> [batch, kv, max_len, d]; queries -> [batch, kv, group, d]
-    k = k_cache[blocks, offsets].transpose(1, 2).float()
-    v = v_cache[blocks, offsets].transpose(1, 2).float()
-    q = query.float().reshape(batch, num_kv_heads, group, head_dim)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=valid[:, None, None, :],
-                                         scale=scale)
-    # A padding row (context 0) is fully masked (NaN or garbage): zeros instead.
+
+def _attend_group(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                  block_tables: torch.Tensor, lens: torch.Tensor, max_len: int, group: int,
+                  scale: float) -> torch.Tensor:
+    """Decode attention of rows whose longest context is `max_len`; zeros for empty rows."""
+    rows, num_q_heads, head_dim = query.shape
+    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
+    num_blocks = -(-max_len // block_size)
+    padded = num_blocks * block_size
+    ids = block_tables[:, :num_blocks].to(device=k_cache.device, dtype=torch.long).flatten()
+    # [rows, padded, kv, d] -> [rows, kv, padded, d]; queries -> [rows, kv, group, d]
+    k = k_cache.index_select(0, ids).view(rows, padded, num_kv_heads, head_dim).transpose(1, 2)
+    v = v_cache.index_select(0, ids).view(rows, padded, num_kv_heads, head_dim).transpose(1, 2)
+    q = query.reshape(rows, num_kv_heads, group, head_dim)
+    valid = torch.arange(padded, device=query.device)[None, :] < lens[:, None]
+    out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(),
+                                         attn_mask=valid[:, None, None, :], scale=scale)
+    # A row with context 0 is fully masked (NaN): zeros instead.
     out = torch.where((lens > 0)[:, None, None, None], out, torch.zeros((), device=out.device))
-    return out.reshape(batch, num_q_heads, head_dim).to(query.dtype)
+    return out.reshape(rows, num_q_heads, head_dim).to(query.dtype)
 
 
 def paged_decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,

@@ -32,13 +32,18 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
     torch.testing.assert_close(actual.float(), expected.float(), atol=tol, rtol=tol)
 
 
+STALE = 1000.0  # what cache slots outside every context hold
+
+
 @dataclass(frozen=True)
 class PagedKV:
     """One layer's K/V stored in a block-major paged cache, plus the same K/V dense.
 
     kv_cache: [num_blocks, num_layers, 2, block_size, kv_heads, head_dim]; k_cache/v_cache are
     the non-contiguous views of `layer`. Every slot outside the sequences' contexts (block 0, the
-    tail of each last block, unused blocks, other layers) holds NaN, so any read of it shows.
+    tail of each last block, unused blocks, other layers) holds a large finite value (the
+    decode reference reads whole blocks and masks, so slots must be finite), so any unmasked
+    read of it shows.
     dense_k[i]/dense_v[i]: [context_lens[i], kv_heads, head_dim] contiguous copies.
     """
 
@@ -60,7 +65,7 @@ def make_paged_kv(context_lens: list[int], *, block_size: int, num_kv_heads: int
     blocks_per_seq = [-(-n // block_size) for n in context_lens]
     num_blocks = 1 + sum(blocks_per_seq) + spare_blocks
     kv_cache = torch.full((num_blocks, num_layers, 2, block_size, num_kv_heads, head_dim),
-                          float("nan"), dtype=dtype)
+                          STALE, dtype=dtype)
     ids = (torch.randperm(num_blocks - 1, generator=gen) + 1).tolist()
     tables = torch.zeros(len(context_lens), max(max(blocks_per_seq, default=0), 1),
                          dtype=torch.int32)
