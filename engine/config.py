@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-PREEMPTION_MODES = ("recompute", "swap", "auto")
+from scheduler.config import SchedulerConfig
+from scheduler.policy import POLICIES
+
 DTYPES = ("float32", "float16", "bfloat16", "float64")
+SCHEDULER_FIELDS = frozenset(f.name for f in fields(SchedulerConfig)) - {"bytes_per_block"}
 
 
 @dataclass(frozen=True)
@@ -13,10 +16,9 @@ class EngineConfig:
     """Everything an `LLMEngine` needs to know before it loads a model.
 
     `num_kv_blocks` counts device blocks including the reserved null block 0; `None` sizes the
-    pool from `kv_cache_memory_gb`. `max_num_batched_tokens` is the token budget of one step
-    (prefill chunks plus decodes). `multistep` is the number of decode steps run per
-    scheduling round. `service_mode` says what the scheduler charges as service: wall time of
-    steps, or tokens processed (deterministic, for tests).
+    pool from `kv_cache_memory_gb`. The scheduler's fields (batch limits, `policy`'s queues,
+    anti-starvation, preemption, `multistep`, `service_mode`, `program_ttl`) have the same
+    names and meaning as in `scheduler.config.SchedulerConfig`, which validates them.
     """
 
     model: str = ""
@@ -26,21 +28,32 @@ class EngineConfig:
     num_kv_blocks: int | None = None
     kv_cache_memory_gb: float = 1.0
     num_host_blocks: int = 0
-    max_num_seqs: int = 64
-    max_num_batched_tokens: int = 2048
     max_model_len: int | None = None
     enable_prefix_caching: bool = False
+    policy: str = "fcfs"
+    seed: int = 0
+    # scheduler (see SchedulerConfig)
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 2048
     enable_chunked_prefill: bool = True
     preemption_mode: str = "recompute"
     multistep: int = 1
-    policy: str = "fcfs"
+    num_queues: int = 8
+    quantum_base: float | None = None
+    quantum_growth: float = 2.0
+    quantum_steps: int = 64
+    calibration_steps: int = 16
+    starvation_beta: float | None = 4.0
     service_mode: str = "time"
-    seed: int = 0
+    program_ttl: float = 600.0
+    max_preemptions_per_round: int = 4
+    host_link_bandwidth: float = 25e9
+    swap_latency: float = 1e-4
+    prefill_tokens_per_second: float = 10_000.0
 
     def __post_init__(self) -> None:
-        for name in ("block_size", "max_num_seqs", "max_num_batched_tokens", "multistep"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.block_size <= 0:
+            raise ValueError(f"block_size must be positive, got {self.block_size}")
         if self.num_kv_blocks is not None and self.num_kv_blocks < 2:
             raise ValueError(f"num_kv_blocks must be at least 2, got {self.num_kv_blocks}")
         if self.num_host_blocks < 0:
@@ -51,19 +64,16 @@ class EngineConfig:
             raise ValueError(f"max_model_len must be positive, got {self.max_model_len}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
-        if self.preemption_mode not in PREEMPTION_MODES:
-            raise ValueError(
-                f"preemption_mode must be one of {PREEMPTION_MODES}, got {self.preemption_mode!r}"
-            )
         if self.preemption_mode == "swap" and self.num_host_blocks == 0:
             raise ValueError("preemption_mode='swap' needs num_host_blocks > 0")
-        if self.service_mode not in ("time", "tokens"):
-            raise ValueError(f"service_mode must be 'time' or 'tokens', got {self.service_mode!r}")
-        if not self.enable_chunked_prefill and self.max_model_len is not None \
-                and self.max_model_len > self.max_num_batched_tokens:
-            raise ValueError(
-                "max_num_batched_tokens must be >= max_model_len when chunked prefill is off"
-            )
+        if self.policy not in POLICIES:
+            raise ValueError(f"policy must be one of {sorted(POLICIES)}, got {self.policy!r}")
+        self.scheduler_config(bytes_per_block=0)
+
+    def scheduler_config(self, bytes_per_block: int) -> SchedulerConfig:
+        """The scheduler's part of this config (raises ValueError naming a bad field)."""
+        return SchedulerConfig(bytes_per_block=bytes_per_block,
+                               **{name: getattr(self, name) for name in SCHEDULER_FIELDS})
 
     @classmethod
     def field_names(cls) -> frozenset[str]:

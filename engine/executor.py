@@ -10,14 +10,14 @@ from scheduler.plan import SchedulePlan
 
 @dataclass(frozen=True)
 class StepResult:
-    """`tokens[i]` holds the `plan.num_steps` tokens sampled for `plan.chunks[i]` (empty for
-    a prefill chunk that does not reach its call's last token)."""
+    """`tokens[i]` is the token sampled for `plan.chunks[i]` (None for a prefill chunk that
+    does not reach its call's last token); `swap_seconds` is the time the copies took."""
 
-    tokens: list[list[int]]
+    tokens: list[int | None]
+    swap_seconds: float = 0.0
 
 
 class Executor(Protocol):
     def execute(self, plan: SchedulePlan) -> StepResult:
-        """Make the plan's swap copies (out, then in), then run its chunks for
-        `plan.num_steps` steps, feeding each step's sampled tokens to the next."""
+        """Make the plan's swap copies (out, then in), then run its chunks for one step."""
         ...

@@ -30,7 +30,7 @@ class LLM:
         if len(params) != len(prompts):
             raise ValueError(f"params: {len(params)} given for {len(prompts)} prompts")
         token_ids = [self.engine.tokenize_prompt(p) for p in prompts]
-        ids = [self.engine.add_call(t, sp) for t, sp in zip(token_ids, params)]
+        ids = [self.engine.add_call(None, t, sp) for t, sp in zip(token_ids, params)]
         while self.engine.has_unfinished_calls():
             self.engine.step()
         return [self.engine.pop_completion(i) for i in ids]

@@ -15,9 +15,9 @@ from engine.outputs import CompletionOutput, StepOutput
 from engine.sampling_params import SamplingParams
 from engine.tokenizer import load_tokenizer
 from kvcache.manager import KVCacheManager
-from scheduler.config import SchedulerConfig
 from scheduler.plan import SchedulePlan
 from scheduler.policy import make_policy
+from scheduler.process_table import ProgramRecord
 from scheduler.scheduler import Scheduler
 
 Prompt = str | Sequence[int]
@@ -46,35 +46,71 @@ class LLMEngine:
         num_blocks = self.runner.num_kv_blocks if self.runner else config.num_kv_blocks
         self.kv = KVCacheManager(num_blocks, config.block_size, config.num_host_blocks,
                                  config.enable_prefix_caching)
-        self.scheduler = Scheduler(
-            SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens,
-                            config.enable_chunked_prefill, config.preemption_mode,
-                            config.multistep),
-            self.kv, make_policy(config.policy))
+        # A call must fit the whole pool on its own, or it could never finish.
+        self.max_model_len = min(self.max_model_len, self.kv.pool.num_usable * config.block_size)
+        bytes_per_block = self.runner.kv_spec.bytes_per_block if self.runner else 0
+        self.scheduler = Scheduler(config.scheduler_config(bytes_per_block), self.kv,
+                                   make_policy(config.policy))
         self.calls: dict[str, Call] = {}
         self._arrivals = itertools.count()
+        self._aborted: list[StepOutput] = []
+
+    # ----- programs ---------------------------------------------------------------------
+    def start_program(self, program_id: str | None = None, tenant: str | None = None,
+                      oracle_work: float | None = None) -> str:
+        """Open a program (a client may propose its id); `oracle_work` is its total service,
+        known in advance only to the `oracle` policy (simulation and tests)."""
+        program_id = self.scheduler.start_program(self.clock(), program_id, tenant)
+        self.scheduler.table.get(program_id).oracle_work = oracle_work
+        return program_id
+
+    def end_program(self, program_id: str, failed: bool = False) -> ProgramRecord:
+        """End a program: its active calls are aborted and free their blocks. Returns the
+        final record. Ending an unknown or already ended program raises UnknownProgramError."""
+        record, calls = self.scheduler.end_program(program_id, self.clock(), failed)
+        for call in calls:
+            self._mark_aborted(call)
+        return record
+
+    def get_program(self, program_id: str) -> ProgramRecord:
+        """The live process-table record (read it, do not change it)."""
+        return self.scheduler.table.get(program_id)
 
     # ----- calls ------------------------------------------------------------------------
-    def add_call(self, prompt: Prompt, params: SamplingParams | None = None,
+    def add_call(self, program_id: str | None, prompt: Prompt,
+                 params: SamplingParams | None = None, thread_id: str | None = None,
                  call_id: str | None = None) -> str:
+        """Queue a call of an active program (None: a fresh one-call program that ends with
+        the call). Everything is validated before anything is recorded."""
         params = params or SamplingParams()
         if not isinstance(params, SamplingParams):
             raise ValueError(f"params must be SamplingParams, got {type(params).__name__}")
         token_ids = self.tokenize_prompt(prompt)
+        if program_id is not None:
+            self.scheduler.table.get(program_id)
         index = next(self._arrivals)
         call_id = call_id if call_id is not None else f"call-{index}"
         if call_id in self.calls:
             raise ValueError(f"call_id {call_id!r} is already in use")
-        call = Call(call_id, token_ids, params, self.clock(), index, self.max_model_len)
+        now = self.clock()
+        if program_id is None:
+            program_id = self.scheduler.start_program(now, f"call:{call_id}", ephemeral=True)
+        call = Call(call_id, token_ids, params, now, index, self.max_model_len, program_id)
         self.calls[call_id] = call
-        self.scheduler.add(call, call.arrival_time)
+        self.scheduler.add(call, now, program_id, thread_id)
         return call_id
 
     def abort_call(self, call_id: str) -> None:
-        """Stop a call now and free its blocks; unknown or finished ids are ignored."""
+        """Stop a call now and free its blocks; its final output comes with the next step.
+        Unknown or finished ids are ignored."""
         call = self.calls.get(call_id)
         if call is not None and not call.is_finished:
             self._finish(call, FinishReason.ABORT)
+
+    def _mark_aborted(self, call: Call) -> None:
+        """Record the end of a call the scheduler has already finished (ended program)."""
+        self._set_result(call, FinishReason.ABORT)
+        self._aborted.append(StepOutput(call.call_id, [], True, FinishReason.ABORT))
 
     def tokenize_prompt(self, prompt: Prompt) -> list[int]:
         """The prompt's token ids, or a ValueError naming what is wrong with it."""
@@ -97,10 +133,6 @@ class LLMEngine:
                 and len(token_ids) > self.config.max_num_batched_tokens:
             raise ValueError(f"prompt: {len(token_ids)} tokens exceed max_num_batched_tokens "
                              f"({self.config.max_num_batched_tokens}) with chunked prefill off")
-        blocks = -(-(len(token_ids) + 1) // self.config.block_size)
-        if blocks > self.kv.pool.num_usable:
-            raise ValueError(f"prompt: {len(token_ids)} tokens need {blocks} KV blocks, the "
-                             f"cache has {self.kv.pool.num_usable}")
         return token_ids
 
     # ----- the step ---------------------------------------------------------------------
@@ -110,32 +142,37 @@ class LLMEngine:
         return self.apply(plan, result)
 
     def apply(self, plan: SchedulePlan, result: StepResult) -> list[StepOutput]:
-        """Append sampled tokens, stop calls that are done, charge service, cache blocks."""
-        now = self.clock()
-        self.scheduler.charge(plan, now - plan.created_at, now,
-                              by_tokens=self.config.service_mode == "tokens")
-        outputs = []
-        for chunk, tokens in zip(plan.chunks, result.tokens):
+        """Charge service, append sampled tokens, stop calls that are done, cache blocks.
+        Also returns the final outputs of calls aborted since the last step."""
+        self.scheduler.charge(plan, self.clock() - plan.created_at)
+        self._charge_swap_time(plan, result.swap_seconds)
+        outputs, self._aborted = self._aborted, []
+        for chunk, token in zip(plan.chunks, result.tokens):
             call = chunk.call
             if call.is_finished:
                 continue
             call.num_computed_tokens = chunk.start + chunk.num_tokens
-            new, reason = [], None
-            for token in tokens:
-                if new:
-                    call.num_computed_tokens += 1
-                call.all_token_ids.append(token)
-                new.append(token)
-                reason = self._stop_reason(call, token)
-                if reason:
-                    break
-            if self.config.enable_prefix_caching:
-                self.kv.cache_blocks(call.call_id, call.all_token_ids, call.num_computed_tokens)
+            if token is None:
+                self._cache_blocks(call)
+                continue
+            call.all_token_ids.append(token)
+            self._cache_blocks(call)
+            reason = self._stop_reason(call, token)
             if reason:
                 self._finish(call, reason)
-            if new or reason:
-                outputs.append(StepOutput(call.call_id, new, reason is not None, reason))
+            outputs.append(StepOutput(call.call_id, [token], reason is not None, reason))
         return outputs
+
+    def _cache_blocks(self, call: Call) -> None:
+        if self.config.enable_prefix_caching:
+            self.kv.cache_blocks(call.call_id, call.all_token_ids, call.num_computed_tokens)
+
+    def _charge_swap_time(self, plan: SchedulePlan, seconds: float) -> None:
+        """Split the step's swap time evenly over the programs of the swapped calls."""
+        for call_id in plan.swapped:
+            call = self.calls.get(call_id)
+            if call is not None and call.program_id in self.scheduler.table:
+                self.get_program(call.program_id).swap_time += seconds / len(plan.swapped)
 
     def _stop_reason(self, call: Call, token: int) -> str | None:
         p = call.params
@@ -155,10 +192,16 @@ class LLMEngine:
         return bool(hits)
 
     def _finish(self, call: Call, reason: str) -> None:
+        self.scheduler.finish(call, self.clock())
+        if reason == FinishReason.ABORT:
+            self._mark_aborted(call)
+        else:
+            self._set_result(call, reason)
+
+    def _set_result(self, call: Call, reason: str) -> None:
         call.finish_reason = reason
         if call.output_text is None and self.tokenizer is not None:
             call.output_text = self.tokenizer.decode(call.output_token_ids)
-        self.scheduler.finish(call, self.clock())
 
     # ----- results and checks -----------------------------------------------------------
     def has_unfinished_calls(self) -> bool:
@@ -175,5 +218,6 @@ class LLMEngine:
                                 call.num_cached_tokens, call.num_preemptions)
 
     def check_integrity(self) -> None:
-        """Raise if any KV block or host block is leaked or double-owned."""
-        self.kv.check_integrity()
+        """Raise if a KV or host block is leaked or double-owned, or if the scheduler's
+        queues, its call records and the process table disagree."""
+        self.scheduler.check_integrity()

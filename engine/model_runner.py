@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from engine.config import EngineConfig
@@ -26,7 +28,7 @@ class ModelRunner:
         self.dtype = getattr(torch, config.dtype)
         self.block_size = config.block_size
         args = files.args
-        self.model = load_model(files, max_model_len + config.multistep, self.dtype, self.device)
+        self.model = load_model(files, max_model_len, self.dtype, self.device)
         spec = KVCacheSpec(num_blocks=1, num_layers=args.num_layers, block_size=config.block_size,
                            num_kv_heads=args.num_kv_heads, head_dim=args.head_dim,
                            dtype=self.dtype)
@@ -45,25 +47,20 @@ class ModelRunner:
 
     @torch.inference_mode()
     def execute(self, plan: SchedulePlan) -> StepResult:
+        started = time.perf_counter()
         self.swapper.swap_out(plan.swap_out)
         self.swapper.swap_in(plan.swap_in)
+        swap_seconds = time.perf_counter() - started if plan.swap_out or plan.swap_in else 0.0
         if not plan.chunks:
-            return StepResult([])
+            return StepResult([], swap_seconds)
         input_ids, positions, meta, sample_rows = self._prepare(plan.chunks)
-        sampling = [(i, c) for i, c in enumerate(plan.chunks) if c.samples]
-        tokens: list[list[int]] = [[] for _ in plan.chunks]
-        for step in range(plan.num_steps):
-            hidden = self.model(input_ids, positions, self.kv_layers, meta)
-            logits = self.model.logits(hidden[sample_rows])
-            sampled = self.sampler(logits, [c.call.params for _, c in sampling],
-                                   [c.call.num_output_tokens + step for _, c in sampling])
-            for (i, _), token in zip(sampling, sampled):
-                tokens[i].append(token)
-            if step + 1 < plan.num_steps:
-                input_ids = torch.tensor(sampled, dtype=torch.long, device=self.device)
-                positions = positions + 1
-                meta = self._advance_decode(meta, positions)
-        return StepResult(tokens)
+        hidden = self.model(input_ids, positions, self.kv_layers, meta)
+        logits = self.model.logits(hidden[sample_rows])
+        sampling = [c for c in plan.chunks if c.samples]
+        sampled = iter(self.sampler(logits, [c.call.params for c in sampling],
+                                    [c.call.num_output_tokens for c in sampling]))
+        return StepResult([next(sampled) if c.samples else None for c in plan.chunks],
+                          swap_seconds)
 
     def _prepare(self, chunks: list[ScheduledChunk]
                  ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, torch.Tensor]:
@@ -106,18 +103,3 @@ class ModelRunner:
         width = max((len(c.block_table) for c in chunks), default=0)
         rows = [c.block_table + [0] * (width - len(c.block_table)) for c in chunks]
         return torch.tensor(rows, dtype=torch.int32, device=self.device).reshape(len(chunks), width)
-
-    def _advance_decode(self, meta: AttentionMetadata, positions: torch.Tensor) -> AttentionMetadata:
-        """Metadata for the next multistep decode step: every row moves one token on."""
-        bs = self.block_size
-        tables = meta.decode_block_tables.long()
-        block_ids = tables.gather(1, (positions // bs).unsqueeze(1)).squeeze(1)
-        return AttentionMetadata(
-            slot_mapping=block_ids * bs + positions % bs,
-            num_decode_tokens=meta.num_decode_tokens,
-            decode_block_tables=meta.decode_block_tables,
-            decode_context_lens=meta.decode_context_lens + 1,
-            prefill_block_tables=meta.prefill_block_tables,
-            prefill_query_start_loc=meta.prefill_query_start_loc,
-            prefill_context_lens=meta.prefill_context_lens,
-        )

@@ -5,21 +5,65 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 PREEMPTION_MODES = ("recompute", "swap", "auto")
+SERVICE_MODES = ("time", "tokens")
 
 
 @dataclass(frozen=True)
 class SchedulerConfig:
+    """Batch limits, queue shape, anti-starvation, preemption and multistep.
+
+    `quantum_base` is in service units (seconds, or tokens in token mode); `None` means 256
+    tokens in token mode, and in time mode `quantum_steps` times the median of the first
+    `calibration_steps` step times (1 s until then), so the same default fits a small model on
+    a CPU and an 8B model on an A100. `starvation_beta` 0 or None turns anti-starvation off.
+    `max_preemptions_per_round` bounds preemptions made to admit higher-priority calls
+    (preemptions for memory of already running calls are needed for progress and not bounded).
+    The `auto` preemption mode compares `blocks * bytes_per_block / host_link_bandwidth +
+    swap_latency` with `tokens / prefill_tokens_per_second`.
+    """
+
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 2048
     enable_chunked_prefill: bool = True
     preemption_mode: str = "recompute"
     multistep: int = 1
+    num_queues: int = 8
+    quantum_base: float | None = None
+    quantum_growth: float = 2.0
+    quantum_steps: int = 64
+    calibration_steps: int = 16
+    starvation_beta: float | None = 4.0
+    service_mode: str = "time"
+    program_ttl: float = 600.0
+    max_preemptions_per_round: int = 4
+    bytes_per_block: int = 0
+    host_link_bandwidth: float = 25e9
+    swap_latency: float = 1e-4
+    prefill_tokens_per_second: float = 10_000.0
 
     def __post_init__(self) -> None:
-        for name in ("max_num_seqs", "max_num_batched_tokens", "multistep"):
+        for name in ("max_num_seqs", "max_num_batched_tokens", "multistep", "num_queues",
+                     "quantum_steps", "calibration_steps", "host_link_bandwidth",
+                     "prefill_tokens_per_second", "program_ttl"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.max_preemptions_per_round < 0:
+            raise ValueError(f"max_preemptions_per_round must be >= 0, got "
+                             f"{self.max_preemptions_per_round}")
+        if self.quantum_base is not None and self.quantum_base <= 0:
+            raise ValueError(f"quantum_base must be positive, got {self.quantum_base}")
+        if self.quantum_growth <= 1:
+            raise ValueError(f"quantum_growth must be > 1, got {self.quantum_growth}")
+        if self.starvation_beta is not None and self.starvation_beta < 0:
+            raise ValueError(f"starvation_beta must be >= 0 or None, got {self.starvation_beta}")
         if self.preemption_mode not in PREEMPTION_MODES:
             raise ValueError(
                 f"preemption_mode must be one of {PREEMPTION_MODES}, got {self.preemption_mode!r}"
             )
+        if self.service_mode not in SERVICE_MODES:
+            raise ValueError(f"service_mode must be one of {SERVICE_MODES}, got "
+                             f"{self.service_mode!r}")
+
+    @property
+    def anti_starvation(self) -> bool:
+        return bool(self.starvation_beta)

@@ -1,4 +1,4 @@
-"""The scheduler's output for one engine step: what runs, what moves, for how many steps."""
+"""The scheduler's output for one engine step: what runs and which KV blocks move."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ from scheduler.call_state import SchedulableCall
 class ScheduledChunk:
     """Run `num_tokens` tokens of `call` starting at token `start` (its computed count).
 
-    `block_table` covers at least `start + num_tokens + num_steps - 1` tokens. A chunk that
-    reaches the call's last token samples the next one (`samples`); a partial prefill
-    chunk does not.
+    `block_table` covers at least `start + num_tokens` tokens. A chunk that reaches the call's
+    last token samples the next one (`samples`); a partial prefill chunk does not.
     """
 
     call: SchedulableCall
@@ -32,19 +31,21 @@ class ScheduledChunk:
 
 @dataclass
 class SchedulePlan:
-    """Built up by the scheduler during one round, read-only afterwards.
+    """Built up by the scheduler during one step, read-only afterwards.
 
-    Chunks are ordered decodes first, then prefill chunks. `num_steps > 1` only when every
-    chunk is a decode (multistep). The executor copies `swap_out` pairs (device, host) first,
-    then `swap_in` pairs (host, device), then runs the chunks. `created_at` is the clock
-    reading the round was planned at."""
+    Chunks are ordered decodes first, then prefill chunks. The executor copies `swap_out`
+    pairs (device, host) first, then `swap_in` pairs (host, device), then runs the chunks.
+    `created_at` is the clock reading the step was planned at; `swapped` names the calls
+    whose KV moved; `is_continuation` marks a multistep step that reused the last round.
+    """
 
     created_at: float
     chunks: list[ScheduledChunk] = field(default_factory=list)
-    num_steps: int = 1
     swap_out: list[tuple[int, int]] = field(default_factory=list)
     swap_in: list[tuple[int, int]] = field(default_factory=list)
     preempted: list[str] = field(default_factory=list)
+    swapped: list[str] = field(default_factory=list)
+    is_continuation: bool = False
 
     @property
     def is_empty(self) -> bool:

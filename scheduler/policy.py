@@ -1,41 +1,96 @@
-"""Priority policies. A policy gives each call a sort key (smaller runs first) and hears
-about arrivals, service received and completions; batch formation is policy-agnostic."""
+"""Priority policies. A policy says where a new call enters the discretized queues and how a
+finished call changes its program's service; batch formation is the same for all of them.
+
+| policy | entry value of a new call | program service after a call |
+| --- | --- | --- |
+| fcfs | one queue, arrival order | sum |
+| las | 0 (request-level: every call starts fresh) | sum |
+| mlfq | the queue whose quantum covers the call's first step (FastServe skip-join) | sum |
+| plas | the program's summed service | sum |
+| atlas | the program's critical path | max(service, start value + call service) |
+| oracle | one queue, ordered by the program's remaining work (told, not learnt) | sum |
+"""
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-
-from scheduler.call_state import SchedulableCall
+from scheduler.process_table import CallRecord, ProgramRecord
 
 
-class Policy(ABC):
-    name: str
+class Policy:
+    """Defaults are PLAS-like accounting; subclasses override what differs."""
 
-    @abstractmethod
-    def priority(self, call: SchedulableCall) -> tuple:
-        """Sort key; smaller is served first. Must be a total order (break ties)."""
+    name = ""
+    uses_levels = True        # demotion by quanta, anti-starvation, priority preemption
+    skip_join = False         # enter by the first step's service (MLFQ)
 
-    def on_arrival(self, call: SchedulableCall, now: float) -> None:
-        """A call entered the scheduler."""
+    def start_value(self, program: ProgramRecord) -> float:
+        """Priority value a new call of `program` starts from."""
+        return program.service
 
-    def on_service(self, call: SchedulableCall, service: float, now: float) -> None:
-        """`call` took part in a step and is charged `service` (seconds or tokens)."""
+    def order(self, program: ProgramRecord, call: CallRecord, seq: int) -> tuple:
+        """Sort key inside a level (FCFS by entry: `seq` grows with every entry)."""
+        return (seq,)
 
-    def on_complete(self, call: SchedulableCall, now: float) -> None:
-        """`call` finished or was aborted; it leaves the scheduler."""
+    def complete(self, program: ProgramRecord, call: CallRecord) -> None:
+        """Fold a finished call's service into its program's."""
+        program.service += call.total_service
 
 
 class FCFSPolicy(Policy):
-    """First come, first served: by arrival time, then arrival order."""
-
     name = "fcfs"
+    uses_levels = False
 
-    def priority(self, call: SchedulableCall) -> tuple:
-        return (call.arrival_time, call.arrival_index)
+    def start_value(self, program: ProgramRecord) -> float:
+        return 0.0
+
+    def order(self, program: ProgramRecord, call: CallRecord, seq: int) -> tuple:
+        return (call.arrival, seq)
+
+
+class LASPolicy(Policy):
+    name = "las"
+
+    def start_value(self, program: ProgramRecord) -> float:
+        return 0.0
+
+
+class MLFQPolicy(LASPolicy):
+    name = "mlfq"
+    skip_join = True
+
+
+class PLASPolicy(Policy):
+    name = "plas"
+
+
+class ATLASPolicy(Policy):
+    name = "atlas"
+
+    def complete(self, program: ProgramRecord, call: CallRecord) -> None:
+        program.service = max(program.service, call.start_value + call.total_service)
+
+
+class OraclePolicy(Policy):
+    """Shortest remaining program work first; needs `ProgramRecord.oracle_work` (the
+    program's total service, told in advance). Programs without it go last."""
+
+    name = "oracle"
+    uses_levels = False
+
+    def start_value(self, program: ProgramRecord) -> float:
+        return 0.0
+
+    def order(self, program: ProgramRecord, call: CallRecord, seq: int) -> tuple:
+        if program.oracle_work is None:
+            return (float("inf"), seq)
+        return (program.oracle_work - program.service, seq)
+
+
+POLICIES = {p.name: p for p in (FCFSPolicy, LASPolicy, MLFQPolicy, PLASPolicy, ATLASPolicy,
+                                OraclePolicy)}
 
 
 def make_policy(name: str) -> Policy:
-    policies = {FCFSPolicy.name: FCFSPolicy}
-    if name not in policies:
-        raise ValueError(f"policy must be one of {sorted(policies)}, got {name!r}")
-    return policies[name]()
+    if name not in POLICIES:
+        raise ValueError(f"policy must be one of {sorted(POLICIES)}, got {name!r}")
+    return POLICIES[name]()

@@ -49,7 +49,7 @@ def test_bad_sampling_params(llm, kwargs, field):
 
 def test_prompt_longer_than_the_context_is_refused_by_the_engine(llm):
     with pytest.raises(ValueError, match="prompt: 70 tokens"):
-        llm.engine.add_call(list(range(3, 73)))
+        llm.engine.add_call(None, list(range(3, 73)))
     assert not llm.engine.has_unfinished_calls()
     still_works(llm)
 

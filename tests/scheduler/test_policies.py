@@ -1,0 +1,164 @@
+"""Hand-built scenarios with exact completion orders and priority values, per policy.
+
+Token-mode service (a prefill chunk of n tokens costs n, a decode step 1), quanta 8, 16,
+32, ... (level bounds 8, 24, 56, 120, ...), one seat (`max_num_seqs=1`) so the schedule order
+is the completion order, anti-starvation off unless a test turns it on.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import Sim
+
+BASE = dict(max_num_seqs=1, num_queues=8, quantum_base=8, quantum_growth=2.0,
+            starvation_beta=None)
+
+
+def long_program_then_newcomers(policy: str) -> Sim:
+    """`long` runs five 15-service calls, then calls again; three one-call programs arrive
+    one step after that call started."""
+    sim = Sim(policy, **BASE)
+    sim.start("long")
+    for i in range(5):
+        sim.call("long", f"long-{i}", prompt_len=8, output_len=8)
+        sim.run_until(f"long-{i}")
+    sim.call("long", "long-5", prompt_len=8, output_len=8)
+    sim.step()
+    for name in ("s1", "s2", "s3"):
+        sim.start(name)
+        sim.call(name, name, prompt_len=8, output_len=8)
+    sim.run()
+    return sim
+
+
+@pytest.mark.parametrize("policy, order", [
+    ("fcfs", ["long-5", "s1", "s2", "s3"]),
+    ("las", ["s3", "long-5", "s1", "s2"]),
+    ("plas", ["s3", "s1", "s2", "long-5"]),
+    ("atlas", ["s3", "s1", "s2", "long-5"]),
+])
+def test_completion_order_after_a_long_program_calls_again(policy, order):
+    sim = long_program_then_newcomers(policy)
+    assert sim.completed[5:] == order
+    # long-5 alone: prefill 8 + 7 decodes = 15. Preempted after its prefill, it recomputes
+    # 9 tokens (prompt + its first token) and decodes 6 more: 8 + 9 + 6 = 23.
+    assert sim.scheduler.table.get("long").service == 5 * 15 + (15 if policy == "fcfs" else 23)
+
+
+def test_plas_and_atlas_start_the_long_programs_call_in_a_low_queue():
+    for policy in ("plas", "atlas"):
+        sim = Sim(policy, **BASE)
+        sim.start("long")
+        for i in range(5):
+            sim.call("long", f"long-{i}", prompt_len=8, output_len=8)
+            sim.run_until(f"long-{i}")
+        sim.call("long", "long-5")
+        record = sim.scheduler.records["long-5"]
+        assert record.start_value == 75
+        assert record.queue == 3  # 56 <= 75 < 120
+
+
+def run_fan_out(policy: str) -> Sim:
+    """c0 (service 15), then four parallel threads (service 15 each), then a join call."""
+    sim = Sim(policy, **{**BASE, "max_num_seqs": 8})
+    sim.start("p")
+    sim.call("p", "c0", prompt_len=8, output_len=8)
+    sim.run()
+    for t in range(4):
+        sim.call("p", f"t{t}", prompt_len=8, output_len=8, thread_id=f"thread-{t}")
+    starts = [sim.scheduler.records[f"t{t}"].start_value for t in range(4)]
+    queues = [sim.scheduler.records[f"t{t}"].queue for t in range(4)]
+    sim.run()
+    sim.call("p", "join", prompt_len=8, output_len=4)
+    sim.starts, sim.queues = starts, queues
+    return sim
+
+
+def test_atlas_parallel_threads_share_the_programs_value_and_join_inherits_critical_path():
+    sim = run_fan_out("atlas")
+    assert sim.starts == [15, 15, 15, 15]
+    assert sim.queues == [1, 1, 1, 1]
+    assert sim.scheduler.table.get("p").service == 30  # max(15, 15 + 15), not the sum
+    assert sim.scheduler.records["join"].start_value == 30
+
+
+def test_plas_parallel_threads_use_the_sum():
+    sim = run_fan_out("plas")
+    assert sim.starts == [15, 15, 15, 15]
+    assert sim.scheduler.table.get("p").service == 15 + 4 * 15
+    assert sim.scheduler.records["join"].start_value == 75
+
+
+def test_a_call_is_demoted_exactly_when_its_quantum_is_used_up():
+    sim = Sim("las", **BASE)
+    sim.start("p")
+    sim.call("p", "c", prompt_len=4, output_len=30)
+    record = sim.scheduler.records["c"]
+    seen = []
+    for _ in range(14):
+        sim.step()
+        seen.append((record.total_service, record.queue))
+    # prefill 4, then one per decode: quantum 8 is used up at service 8, 16 more at 24.
+    assert seen == [(4, 0), (5, 0), (6, 0), (7, 0), (8, 1), (9, 1), (10, 1), (11, 1),
+                    (12, 1), (13, 1), (14, 1), (15, 1), (16, 1), (17, 1)]
+    while record.total_service < 24:
+        sim.step()
+    assert (record.total_service, record.queue) == (24, 2)
+
+
+def test_mlfq_enters_by_its_first_step():
+    sim = Sim("mlfq", **BASE)
+    sim.start("p")
+    sim.call("p", "c", prompt_len=20, output_len=4)
+    sim.step()  # first step: a 20-token prefill; the first quantum >= 20 is level 2's (32)
+    record = sim.scheduler.records["c"]
+    assert (record.queue, record.quantum_left) == (2, 12)
+
+
+def test_oracle_runs_the_shortest_remaining_program_first():
+    sim = Sim("oracle", **BASE)
+    for name, work in (("big", 500.0), ("small", 20.0), ("mid", 100.0)):
+        sim.start(name)
+        sim.scheduler.table.get(name).oracle_work = work
+        sim.call(name, name)
+    sim.run()
+    assert sim.completed == ["small", "mid", "big"]
+
+
+def test_anti_starvation_promotes_exactly_when_the_ratio_crosses_beta():
+    sim = Sim("plas", **{**BASE, "num_queues": 3, "starvation_beta": 0.3})
+    sim.start("old")
+    sim.scheduler.table.get("old").service = 100.0
+    sim.call("old", "old-call")  # level 2; W crosses 0.3 * 100 after 30 steps of waiting
+    hogs = 0
+    levels, resets = [], []
+    record = sim.scheduler.records["old-call"]
+    while sim.now < 40:
+        waiting_hogs = sum(1 for c in sim.scheduler.queued if c.startswith("hog"))
+        while waiting_hogs < 2:
+            sim.start(f"hog{hogs}")
+            sim.call(f"hog{hogs}", f"hog{hogs}", prompt_len=4, output_len=10)
+            hogs, waiting_hogs = hogs + 1, waiting_hogs + 1
+        sim.step()
+        levels.append(record.queue)
+        resets.append((record.wait, record.service, record.waiting_since))
+    assert levels[:30] == [2] * 30
+    assert levels[30] == 0
+    # Its own W restarts from the promotion (waits are folded in when it stops waiting).
+    assert resets[29] == (0.0, 0.0, 0.0) and resets[30] == (0.0, 0.0, 30.0)
+    assert record.total_wait >= 30
+    assert sim.scheduler.table.get("old").service == 100.0  # the program's T is kept
+
+
+def test_anti_starvation_off_never_promotes():
+    sim = Sim("plas", **{**BASE, "num_queues": 3, "starvation_beta": 0})
+    sim.start("old")
+    sim.scheduler.table.get("old").service = 100.0
+    sim.call("old", "old-call")
+    for i in range(60):
+        sim.start(f"hog{i}")
+        sim.call(f"hog{i}", f"hog{i}", prompt_len=4, output_len=3)
+        sim.step()
+    assert sim.scheduler.records["old-call"].queue == 2
+    assert sim.scheduler.num_promotions == 0
