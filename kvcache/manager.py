@@ -61,9 +61,11 @@ class KVCacheManager:
         return self.host_pool.num_free
 
     def block_table(self, call_id: Hashable) -> list[int]:
-        """A copy of the call's device block ids in order ([] if it has none)."""
+        """The call's device block ids in order ([] if it has none), as a read-only view: do
+        not modify it. It may grow while the call runs; swap-out and free leave it as it was
+        (the manager starts a new list), so a plan built from it stays valid for its step."""
         state = self._calls.get(call_id)
-        return list(state.device) if state else []
+        return state.device if state else []
 
     def is_swapped(self, call_id: Hashable) -> bool:
         state = self._calls.get(call_id)
@@ -77,7 +79,8 @@ class KVCacheManager:
         """New device blocks needed for the table to cover `num_tokens` tokens."""
         if num_tokens < 0:
             raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
-        return max(0, -(-num_tokens // self.block_size) - len(self.block_table(call_id)))
+        state = self._calls.get(call_id)
+        return max(0, -(-num_tokens // self.block_size) - (len(state.device) if state else 0))
 
     def match_prefix(self, call_id: Hashable, token_ids: Sequence[int]) -> int:
         """Adopt the longest run of cached full blocks of `token_ids` as the call's table.
@@ -111,10 +114,13 @@ class KVCacheManager:
         A partly filled last block is used up before a new block is taken.
         """
         state = self._calls.get(call_id)
-        if state is not None and state.swapped:
-            raise ValueError(f"call_id {call_id!r} is swapped out")
-        need = self.blocks_needed(call_id, num_tokens)
-        if need == 0:
+        held = 0
+        if state is not None:
+            if state.swapped:
+                raise ValueError(f"call_id {call_id!r} is swapped out")
+            held = len(state.device)
+        need = -(-num_tokens // self.block_size) - held
+        if need <= 0:
             return True
         blocks = self.pool.allocate(need)
         if blocks is None:

@@ -7,22 +7,21 @@ from dataclasses import dataclass, field
 from scheduler.call_state import SchedulableCall
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ScheduledChunk:
     """Run `num_tokens` tokens of `call` starting at token `start` (its computed count).
 
     `block_table` covers at least `start + num_tokens` tokens. A chunk that reaches the call's
-    last token samples the next one (`samples`); a partial prefill chunk does not.
+    last token (as planned) samples the next one (`samples`); a partial prefill chunk does not.
+    Read-only once planned (not frozen only because a frozen dataclass is slow to build, and
+    the scheduler builds hundreds per step).
     """
 
     call: SchedulableCall
     start: int
     num_tokens: int
     block_table: list[int]
-
-    @property
-    def samples(self) -> bool:
-        return self.start + self.num_tokens == self.call.num_tokens
+    samples: bool
 
     @property
     def is_decode(self) -> bool:

@@ -85,10 +85,15 @@ class LevelQueues:
                 if item in self._where:
                     yield item
 
-    def iter_level(self, level: int) -> Iterator[Hashable]:
-        for _, item in list(self._levels[level]):
-            if item in self._where:
-                yield item
+    def item_at(self, level: int, index: int) -> Hashable | None:
+        """The `index`-th item of a level in order, or None past its end (no copy)."""
+        entries = self._levels[level]
+        return entries[index][1] if index < len(entries) else None
+
+    def snapshot(self, level: int) -> list[Hashable]:
+        """The items of one level in order, as a list that later changes do not affect
+        (the caller skips items removed meanwhile)."""
+        return [item for _, item in self._levels[level]]
 
     def top_level(self) -> int | None:
         """The highest-priority non-empty level."""

@@ -183,19 +183,13 @@ class Scheduler:
         rnd = _Round(budget=self.config.max_num_batched_tokens)
         admitting = True
         for level in range(self.num_levels):
-            for call_id in self.running.iter_level(level):
+            for call_id in self.running.snapshot(level):
                 if rnd.budget <= 0:
                     break
-                self._schedule_running(self.calls[call_id], plan, rnd, now)
+                if call_id in self.running:  # not preempted earlier in this walk
+                    self._schedule_running(self.calls[call_id], plan, rnd, now)
             if admitting:
-                for call_id in self.queued.iter_level(level):
-                    if rnd.budget <= 0:
-                        break
-                    if call_id in rnd.preempted:
-                        continue
-                    if not self._admit(self.calls[call_id], level, plan, rnd, now):
-                        admitting = False
-                        break
+                admitting = self._admit_level(level, plan, rnd, now)
             if rnd.budget <= 0:
                 break
         plan.chunks.sort(key=lambda c: not c.is_decode)
@@ -204,13 +198,32 @@ class Scheduler:
 
     def _schedule_running(self, call: SchedulableCall, plan: SchedulePlan, rnd: _Round,
                           now: float) -> None:
-        n = min(call.num_tokens - call.num_computed_tokens, rnd.budget)
-        while not self.kv.allocate(call.call_id, call.num_computed_tokens + n):
+        """Give a running call its next chunk (the hot path: once per running call)."""
+        call_id, start, num_tokens = call.call_id, call.num_computed_tokens, call.num_tokens
+        n = min(num_tokens - start, rnd.budget)
+        while not self.kv.allocate(call_id, start + n):
             victim = self._lowest_running(rnd, above_level=None) or call
             self._preempt(victim, plan, rnd, now)
             if victim is call:
                 return
-        self._add_chunk(call, n, plan, rnd)
+        plan.chunks.append(ScheduledChunk(call, start, n, self.kv.block_table(call_id),
+                                          start + n == num_tokens))
+        rnd.scheduled.add(call_id)
+        rnd.budget -= n
+
+    def _admit_level(self, level: int, plan: SchedulePlan, rnd: _Round, now: float) -> bool:
+        """Admit queued calls of one level in order (without copying the level); False once
+        one could not be admitted, which closes admission for this round."""
+        index = 0
+        while rnd.budget > 0:
+            call_id = self.queued.item_at(level, index)
+            if call_id is None:
+                break
+            if call_id in rnd.preempted:  # evicted this round: not back in the same round
+                index += 1
+            elif not self._admit(self.calls[call_id], level, plan, rnd, now):
+                return False
+        return True
 
     def _admit(self, call: SchedulableCall, level: int, plan: SchedulePlan, rnd: _Round,
                now: float) -> bool:
@@ -245,7 +258,8 @@ class Scheduler:
         target = call.num_computed_tokens + n
         if call.status is not CallStatus.SWAPPED:
             return self.kv.allocate(call.call_id, target)
-        if -(-target // self.kv.block_size) > self.kv.num_free_blocks:
+        held = self.kv.num_host_blocks_of(call.call_id)  # may exceed target (lookahead)
+        if max(held, -(-target // self.kv.block_size)) > self.kv.num_free_blocks:
             return False
         pairs = self.kv.swap_in([call.call_id])
         if pairs is None or not self.kv.allocate(call.call_id, target):
@@ -262,12 +276,11 @@ class Scheduler:
         call.num_cached_tokens = 0
 
     def _add_chunk(self, call: SchedulableCall, n: int, plan: SchedulePlan, rnd: _Round) -> None:
-        plan.chunks.append(self._chunk(call, n))
+        start = call.num_computed_tokens
+        plan.chunks.append(ScheduledChunk(call, start, n, self.kv.block_table(call.call_id),
+                                          samples=start + n == call.num_tokens))
         rnd.scheduled.add(call.call_id)
         rnd.budget -= n
-
-    def _chunk(self, call: SchedulableCall, n: int) -> ScheduledChunk:
-        return ScheduledChunk(call, call.num_computed_tokens, n, self.kv.block_table(call.call_id))
 
     # ----- preemption -------------------------------------------------------------------
     def _lowest_running(self, rnd: _Round, above_level: int | None) -> SchedulableCall | None:
@@ -276,7 +289,7 @@ class Scheduler:
         for level in range(self.num_levels - 1, -1, -1):
             if above_level is not None and level <= above_level:
                 return None
-            for call_id in reversed(list(self.running.iter_level(level))):
+            for call_id in reversed(self.running.snapshot(level)):
                 if call_id not in rnd.scheduled:
                     return self.calls[call_id]
         return None
@@ -383,8 +396,9 @@ class Scheduler:
         each; calls that finished have already released their blocks."""
         self._round_steps_left -= 1
         plan = SchedulePlan(created_at=now, is_continuation=True)
-        plan.chunks = [self._chunk(c, 1) for c in self._round_calls
-                       if c.status is CallStatus.RUNNING]
+        plan.chunks = [ScheduledChunk(c, c.num_computed_tokens, 1,
+                                      self.kv.block_table(c.call_id), samples=True)
+                       for c in self._round_calls if c.status is CallStatus.RUNNING]
         if not plan.chunks:
             self._round_steps_left = 0
         return plan

@@ -1,50 +1,16 @@
-"""A model-free engine loop for scheduler tests: fake calls that generate one token per
+"""A model-free engine loop for scheduler tests: SimCalls that generate one token per
 decode step, token-mode service, a clock that advances one unit per step."""
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
 
+from bench.sim_call import SimCall
 from kvcache.manager import KVCacheManager
-from scheduler.call_state import CallStatus
 from scheduler.config import SchedulerConfig
 from scheduler.plan import SchedulePlan
 from scheduler.policy import make_policy
 from scheduler.scheduler import Scheduler
-
-
-@dataclass(eq=False)
-class FakeCall:
-    call_id: str
-    prompt_len: int
-    output_len: int
-    arrival_time: float
-    arrival_index: int
-    status: CallStatus = CallStatus.WAITING
-    num_computed_tokens: int = 0
-    num_cached_tokens: int = 0
-    num_preemptions: int = 0
-    all_token_ids: list[int] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.all_token_ids = [100 + (hash(self.call_id) + i) % 50 for i in range(self.prompt_len)]
-
-    @property
-    def num_prompt_tokens(self) -> int:
-        return self.prompt_len
-
-    @property
-    def num_tokens(self) -> int:
-        return len(self.all_token_ids)
-
-    @property
-    def num_generated(self) -> int:
-        return self.num_tokens - self.prompt_len
-
-    @property
-    def num_remaining_tokens(self) -> int:
-        return self.output_len - self.num_generated
 
 
 class Sim:
@@ -58,15 +24,15 @@ class Sim:
         self.now = 0.0
         self.completed: list[str] = []
         self.plans: list[SchedulePlan] = []
-        self.calls: dict[str, FakeCall] = {}
+        self.calls: dict[str, SimCall] = {}
         self._index = itertools.count()
 
     def start(self, program_id: str) -> str:
         return self.scheduler.start_program(self.now, program_id)
 
     def call(self, program_id: str, call_id: str, prompt_len: int = 8, output_len: int = 4,
-             thread_id: str | None = None) -> FakeCall:
-        call = FakeCall(call_id, prompt_len, output_len, self.now, next(self._index))
+             thread_id: str | None = None) -> SimCall:
+        call = SimCall(call_id, prompt_len, output_len, self.now, next(self._index))
         self.calls[call_id] = call
         self.scheduler.add(call, self.now, program_id, thread_id)
         return call
@@ -78,9 +44,8 @@ class Sim:
         self.scheduler.charge(plan, 1.0)
         for chunk in plan.chunks:
             call = chunk.call
-            call.num_computed_tokens = chunk.start + chunk.num_tokens
+            call.advance(chunk.start, chunk.num_tokens, 7 if chunk.samples else None)
             if chunk.samples:
-                call.all_token_ids.append(7)
                 if call.num_remaining_tokens == 0:
                     self.scheduler.finish(call, self.now)
                     self.completed.append(call.call_id)
