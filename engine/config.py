@@ -9,6 +9,7 @@ from scheduler.policy import POLICIES
 
 DTYPES = ("float32", "float16", "bfloat16", "float64")
 SCHEDULER_FIELDS = frozenset(f.name for f in fields(SchedulerConfig)) - {"bytes_per_block"}
+_SCHEDULER_DEFAULTS = SchedulerConfig()  # the single source of the scheduler's defaults
 
 
 @dataclass(frozen=True)
@@ -33,23 +34,23 @@ class EngineConfig:
     policy: str = "fcfs"
     seed: int = 0
     # scheduler (see SchedulerConfig)
-    max_num_seqs: int = 64
-    max_num_batched_tokens: int = 2048
-    enable_chunked_prefill: bool = True
-    preemption_mode: str = "recompute"
-    multistep: int = 1
-    num_queues: int = 8
-    quantum_base: float | None = None
-    quantum_growth: float = 2.0
-    quantum_steps: int = 64
-    calibration_steps: int = 16
-    starvation_beta: float | None = 4.0
-    service_mode: str = "time"
-    program_ttl: float = 600.0
-    max_preemptions_per_round: int = 4
-    host_link_bandwidth: float = 25e9
-    swap_latency: float = 1e-4
-    prefill_tokens_per_second: float = 10_000.0
+    max_num_seqs: int = _SCHEDULER_DEFAULTS.max_num_seqs
+    max_num_batched_tokens: int = _SCHEDULER_DEFAULTS.max_num_batched_tokens
+    enable_chunked_prefill: bool = _SCHEDULER_DEFAULTS.enable_chunked_prefill
+    preemption_mode: str = _SCHEDULER_DEFAULTS.preemption_mode
+    multistep: int = _SCHEDULER_DEFAULTS.multistep
+    num_queues: int = _SCHEDULER_DEFAULTS.num_queues
+    quantum_base: float | None = _SCHEDULER_DEFAULTS.quantum_base
+    quantum_growth: float = _SCHEDULER_DEFAULTS.quantum_growth
+    quantum_steps: int = _SCHEDULER_DEFAULTS.quantum_steps
+    calibration_steps: int = _SCHEDULER_DEFAULTS.calibration_steps
+    starvation_beta: float | None = _SCHEDULER_DEFAULTS.starvation_beta
+    service_mode: str = _SCHEDULER_DEFAULTS.service_mode
+    program_ttl: float = _SCHEDULER_DEFAULTS.program_ttl
+    max_preemptions_per_round: int = _SCHEDULER_DEFAULTS.max_preemptions_per_round
+    host_link_bandwidth: float = _SCHEDULER_DEFAULTS.host_link_bandwidth
+    swap_latency: float = _SCHEDULER_DEFAULTS.swap_latency
+    prefill_tokens_per_second: float = _SCHEDULER_DEFAULTS.prefill_tokens_per_second
 
     def __post_init__(self) -> None:
         if self.block_size <= 0:
