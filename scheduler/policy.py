@@ -28,8 +28,9 @@ class Policy:
         return program.service
 
     def order(self, program: ProgramRecord, call: CallRecord, seq: int) -> tuple:
-        """Sort key inside a level (FCFS by entry: `seq` grows with every entry)."""
-        return (seq,)
+        """Sort key inside every level, fixed when the call arrives (`seq` counts arrivals):
+        FCFS by arrival, so a demoted or promoted call keeps its place among its peers."""
+        return (call.arrival, seq)
 
     def complete(self, program: ProgramRecord, call: CallRecord) -> None:
         """Fold a finished call's service into its program's."""
@@ -42,9 +43,6 @@ class FCFSPolicy(Policy):
 
     def start_value(self, program: ProgramRecord) -> float:
         return 0.0
-
-    def order(self, program: ProgramRecord, call: CallRecord, seq: int) -> tuple:
-        return (call.arrival, seq)
 
 
 class LASPolicy(Policy):

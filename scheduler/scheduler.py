@@ -101,7 +101,8 @@ class Scheduler:
         self.calls[call.call_id] = call
         self.records[call.call_id] = record
         call.status = CallStatus.WAITING
-        self._enqueue(self.queued, call, record, new_order=True)
+        record.order = self.policy.order(program, record, next(self._seq))
+        self.queued.add(call.call_id, level, record.order)
         self._watch_starvation(record, program)
 
     def finish(self, call: SchedulableCall, now: float) -> None:
@@ -155,7 +156,7 @@ class Scheduler:
             queues = self.running if call.call_id in self.running else self.queued
             queues.remove(call.call_id)
             record.queue = level
-            self._enqueue(queues, call, record, new_order=True)
+            queues.add(call.call_id, level, record.order)
 
     def _calibrate(self, seconds: float) -> None:
         """Time mode without a set quantum_base: fix it from the first steps' median time."""
@@ -249,7 +250,7 @@ class Scheduler:
         self._stop_waiting(record, now)
         self.queued.remove(call.call_id)
         call.status = CallStatus.RUNNING
-        self._enqueue(self.running, call, record, new_order=False)
+        self.running.add(call.call_id, record.queue, record.order)
         self._add_chunk(call, n, plan, rnd)
         return True
 
@@ -320,7 +321,7 @@ class Scheduler:
             call.status = CallStatus.WAITING
         record = self.records[call.call_id]
         record.waiting_since = now
-        self._enqueue(self.queued, call, record, new_order=False)
+        self.queued.add(call.call_id, record.queue, record.order)
         self._watch_starvation(record, self.table.get(record.program_id))
 
     def _should_swap(self, call: SchedulableCall) -> bool:
@@ -339,13 +340,6 @@ class Scheduler:
         return num_tokens / self.config.prefill_tokens_per_second
 
     # ----- queues, waiting, starvation ---------------------------------------------------
-    def _enqueue(self, queues: LevelQueues, call: SchedulableCall, record: CallRecord,
-                 new_order: bool) -> None:
-        if new_order:
-            program = self.table.get(record.program_id)
-            record.order = self.policy.order(program, record, next(self._seq))
-        queues.add(call.call_id, record.queue, record.order)
-
     def _stop_waiting(self, record: CallRecord, now: float) -> None:
         if record.waiting_since is not None:
             waited = now - record.waiting_since
@@ -374,7 +368,7 @@ class Scheduler:
             record.quantum_left = self.levels.quantum(0)
             record.wait = record.service = 0.0
             record.waiting_since = now
-            self._enqueue(self.queued, self.calls[call_id], record, new_order=True)
+            self.queued.add(call_id, 0, record.order)
             self.num_promotions += 1
 
     # ----- multistep ----------------------------------------------------------------------

@@ -162,3 +162,34 @@ def test_anti_starvation_off_never_promotes():
         sim.step()
     assert sim.scheduler.records["old-call"].queue == 2
     assert sim.scheduler.num_promotions == 0
+
+
+def long_program_under_a_stream_of_short_ones(beta: float | None) -> tuple[float, float, int]:
+    """(wait, service, calls done) of a 10-call program against short programs that alone
+    keep the one seat busy (one every 2 steps, 2 steps of work each), within 1,000 steps.
+    Preempted calls are swapped (recompute would inflate the long program's service)."""
+    sim = Sim("plas", num_host_blocks=100, **{**BASE, "num_queues": 4,
+                                               "starvation_beta": beta,
+                                               "preemption_mode": "swap"})
+    sim.start("long")
+    for i in range(10):
+        sim.call("long", f"long-{i}", prompt_len=8, output_len=8)
+        while f"long-{i}" not in sim.completed and sim.now < 1000:
+            if sim.now % 2 == 0:
+                name = f"short{int(sim.now)}"
+                sim.start(name)
+                sim.call(name, name, prompt_len=2, output_len=2)
+            sim.step()
+    record = sim.scheduler.table.get("long")
+    return record.wait, record.service, sum(c.startswith("long") for c in sim.completed)
+
+
+@pytest.mark.parametrize("beta", [2.0, 4.0])
+def test_anti_starvation_keeps_a_long_programs_wait_within_about_beta_times_its_service(beta):
+    wait, service, done = long_program_under_a_stream_of_short_ones(beta)
+    assert done == 10 and service == 10 * 15
+    assert beta * service / 2 <= wait <= 1.5 * beta * service
+
+
+def test_without_anti_starvation_the_long_program_starves():
+    assert long_program_under_a_stream_of_short_ones(None)[2] == 0
