@@ -35,6 +35,8 @@ class Call:
     num_preemptions: int = 0
     finish_reason: str | None = None
     output_text: str | None = None
+    queue_seconds: float = 0.0    # set when it finishes: time it waited (queued or swapped)
+    service_seconds: float = 0.0  # set when it finishes: service charged to it
 
     def __post_init__(self) -> None:
         self.all_token_ids = list(self.prompt_token_ids)

@@ -47,6 +47,7 @@ class EngineConfig:
     starvation_beta: float | None = _SCHEDULER_DEFAULTS.starvation_beta
     service_mode: str = _SCHEDULER_DEFAULTS.service_mode
     program_ttl: float = _SCHEDULER_DEFAULTS.program_ttl
+    tenant_halflife: float | None = _SCHEDULER_DEFAULTS.tenant_halflife
     max_preemptions_per_round: int = _SCHEDULER_DEFAULTS.max_preemptions_per_round
     host_link_bandwidth: float = _SCHEDULER_DEFAULTS.host_link_bandwidth
     swap_latency: float = _SCHEDULER_DEFAULTS.swap_latency

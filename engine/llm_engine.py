@@ -17,7 +17,7 @@ from engine.tokenizer import load_tokenizer
 from kvcache.manager import KVCacheManager
 from scheduler.plan import SchedulePlan
 from scheduler.policy import make_policy
-from scheduler.process_table import ProgramRecord
+from scheduler.process_table import CallRecord, ProgramRecord
 from scheduler.scheduler import Scheduler
 
 Prompt = str | Sequence[int]
@@ -67,9 +67,12 @@ class LLMEngine:
     def end_program(self, program_id: str, failed: bool = False) -> ProgramRecord:
         """End a program: its active calls are aborted and free their blocks. Returns the
         final record. Ending an unknown or already ended program raises UnknownProgramError."""
+        table = self.scheduler.table
+        active = table.get(program_id).active_calls if program_id in table else {}
+        call_records = dict(active)
         record, calls = self.scheduler.end_program(program_id, self.clock(), failed)
         for call in calls:
-            self._mark_aborted(call)
+            self._mark_aborted(call, call_records[call.call_id])
         return record
 
     def get_program(self, program_id: str) -> ProgramRecord:
@@ -79,9 +82,9 @@ class LLMEngine:
     # ----- calls ------------------------------------------------------------------------
     def add_call(self, program_id: str | None, prompt: Prompt,
                  params: SamplingParams | None = None, thread_id: str | None = None,
-                 call_id: str | None = None) -> str:
-        """Queue a call of an active program (None: a fresh one-call program that ends with
-        the call). Everything is validated before anything is recorded."""
+                 call_id: str | None = None, tenant: str | None = None) -> str:
+        """Queue a call of an active program (None: a fresh one-call program of `tenant`
+        that ends with the call). Everything is validated before anything is recorded."""
         params = params or SamplingParams()
         if not isinstance(params, SamplingParams):
             raise ValueError(f"params must be SamplingParams, got {type(params).__name__}")
@@ -94,7 +97,8 @@ class LLMEngine:
             raise ValueError(f"call_id {call_id!r} is already in use")
         now = self.clock()
         if program_id is None:
-            program_id = self.scheduler.start_program(now, f"call:{call_id}", ephemeral=True)
+            program_id = self.scheduler.start_program(now, f"call:{call_id}", tenant,
+                                                      ephemeral=True)
         call = Call(call_id, token_ids, params, now, index, self.max_model_len, program_id)
         self.calls[call_id] = call
         self.scheduler.add(call, now, program_id, thread_id)
@@ -107,9 +111,9 @@ class LLMEngine:
         if call is not None and not call.is_finished:
             self._finish(call, FinishReason.ABORT)
 
-    def _mark_aborted(self, call: Call) -> None:
-        """Record the end of a call the scheduler has already finished (ended program)."""
-        self._set_result(call, FinishReason.ABORT)
+    def _mark_aborted(self, call: Call, record: CallRecord) -> None:
+        """Record the end of a call the scheduler has already finished."""
+        self._set_result(call, FinishReason.ABORT, record)
         self._aborted.append(StepOutput(call.call_id, [], True, FinishReason.ABORT))
 
     def tokenize_prompt(self, prompt: Prompt) -> list[int]:
@@ -192,14 +196,17 @@ class LLMEngine:
         return bool(hits)
 
     def _finish(self, call: Call, reason: str) -> None:
+        record = self.scheduler.records[call.call_id]
         self.scheduler.finish(call, self.clock())
         if reason == FinishReason.ABORT:
-            self._mark_aborted(call)
+            self._mark_aborted(call, record)
         else:
-            self._set_result(call, reason)
+            self._set_result(call, reason, record)
 
-    def _set_result(self, call: Call, reason: str) -> None:
+    def _set_result(self, call: Call, reason: str, record: CallRecord) -> None:
+        """Fix a finished call's reason, text and usage (from its final scheduler record)."""
         call.finish_reason = reason
+        call.queue_seconds, call.service_seconds = record.total_wait, record.total_service
         if call.output_text is None and self.tokenizer is not None:
             call.output_text = self.tokenizer.decode(call.output_token_ids)
 
@@ -215,7 +222,8 @@ class LLMEngine:
         del self.calls[call_id]
         return CompletionOutput(call.call_id, call.prompt_token_ids, call.output_token_ids,
                                 call.output_text or "", call.finish_reason or "",
-                                call.num_cached_tokens, call.num_preemptions)
+                                call.num_cached_tokens, call.num_preemptions,
+                                call.queue_seconds, call.service_seconds)
 
     def check_integrity(self) -> None:
         """Raise if a KV or host block is leaked or double-owned, or if the scheduler's

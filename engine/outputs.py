@@ -17,7 +17,8 @@ class StepOutput:
 
 @dataclass(frozen=True)
 class CompletionOutput:
-    """A finished call: generated ids, their text (stop string cut off) and why it ended."""
+    """A finished call: generated ids, their text (stop string cut off), why it ended, and
+    its usage (prompt tokens are `len(prompt_token_ids)`)."""
 
     call_id: str
     prompt_token_ids: list[int]
@@ -26,3 +27,5 @@ class CompletionOutput:
     finish_reason: str
     num_cached_tokens: int
     num_preemptions: int
+    queue_seconds: float
+    service_seconds: float

@@ -18,6 +18,8 @@ class SchedulerConfig:
     a CPU and an 8B model on an A100. `starvation_beta` 0 or None turns anti-starvation off.
     `max_preemptions_per_round` bounds preemptions made to admit higher-priority calls
     (preemptions for memory of already running calls are needed for progress and not bounded).
+    `tenant_halflife` (seconds; None turns it off) is the decay of a tenant's recent service,
+    from which each new program of the tenant starts (anti-gaming; see ProcessTable).
     The `auto` preemption mode compares `blocks * bytes_per_block / host_link_bandwidth +
     swap_latency` with `tokens / prefill_tokens_per_second`.
     """
@@ -35,6 +37,7 @@ class SchedulerConfig:
     starvation_beta: float | None = 4.0
     service_mode: str = "time"
     program_ttl: float = 600.0
+    tenant_halflife: float | None = 300.0
     max_preemptions_per_round: int = 4
     bytes_per_block: int = 0
     host_link_bandwidth: float = 25e9
@@ -54,6 +57,9 @@ class SchedulerConfig:
             raise ValueError(f"quantum_base must be positive, got {self.quantum_base}")
         if self.quantum_growth <= 1:
             raise ValueError(f"quantum_growth must be > 1, got {self.quantum_growth}")
+        if self.tenant_halflife is not None and self.tenant_halflife <= 0:
+            raise ValueError(f"tenant_halflife must be positive or None, got "
+                             f"{self.tenant_halflife}")
         if self.starvation_beta is not None and self.starvation_beta < 0:
             raise ValueError(f"starvation_beta must be >= 0 or None, got {self.starvation_beta}")
         if self.preemption_mode not in PREEMPTION_MODES:

@@ -76,6 +76,7 @@ class ProgramRecord:
     external_time: float = 0.0
     oracle_work: float | None = None
     ephemeral: bool = False
+    floor: float = 0.0  # service it started from (its tenant's recent service)
 
     @property
     def last_activity(self) -> float:
@@ -84,12 +85,20 @@ class ProgramRecord:
 
 class ProcessTable:
     """Program records keyed by id. Idle records (no active call) are kept in order of last
-    activity, so expiry pops only what has expired."""
+    activity, so expiry pops only what has expired.
 
-    def __init__(self, program_ttl: float) -> None:
+    Tenant accounting (anti-gaming), on when `tenant_halflife` is set: each tenant keeps its
+    recent service, the service of its ended programs decaying with that half-life; a new
+    program of the tenant starts from it (`floor`), so opening a fresh program for every call
+    does not reset a client's priority.
+    """
+
+    def __init__(self, program_ttl: float, tenant_halflife: float | None = None) -> None:
         if program_ttl <= 0:
             raise ValueError(f"program_ttl must be positive, got {program_ttl}")
         self.program_ttl = program_ttl
+        self.tenant_halflife = tenant_halflife
+        self._tenants: dict[str, tuple[float, float]] = {}  # tenant -> (service, as of)
         self._programs: dict[str, ProgramRecord] = {}
         self._idle: OrderedDict[str, None] = OrderedDict()
         self._ended: OrderedDict[str, ProgramRecord] = OrderedDict()
@@ -114,6 +123,7 @@ class ProcessTable:
         elif program_id in self._programs or program_id in self._ended:
             raise ValueError(f"program_id {program_id!r} is already in use")
         record = ProgramRecord(program_id, tenant, now, ephemeral=ephemeral)
+        record.service = record.floor = self.tenant_service(tenant, now)
         self._programs[program_id] = record
         self._idle[program_id] = None
         return record
@@ -145,7 +155,19 @@ class ProcessTable:
         if not program.active_calls:
             self._idle[record.program_id] = None
 
-    def end(self, program_id: str, failed: bool = False) -> ProgramRecord:
+    def tenant_service(self, tenant: str | None, now: float) -> float:
+        """The tenant's recent service, decayed to `now` (0 without tenant accounting)."""
+        if tenant is None or not self.tenant_halflife or tenant not in self._tenants:
+            return 0.0
+        service, as_of = self._tenants[tenant]
+        return service * 0.5 ** (max(0.0, now - as_of) / self.tenant_halflife)
+
+    def _credit_tenant(self, record: ProgramRecord, now: float) -> None:
+        if record.tenant is not None and self.tenant_halflife:
+            own = max(0.0, record.service - record.floor)
+            self._tenants[record.tenant] = (self.tenant_service(record.tenant, now) + own, now)
+
+    def end(self, program_id: str, failed: bool = False, now: float = 0.0) -> ProgramRecord:
         """Remove the program and return its final record; the caller has already finished
         its active calls. Ending a recently ended program returns the same final record."""
         record = self._programs.pop(program_id, None)
@@ -155,6 +177,7 @@ class ProcessTable:
             raise UnknownProgramError(program_id)
         self._idle.pop(program_id, None)
         record.state = ProgramState.FAILED if failed else ProgramState.COMPLETED
+        self._credit_tenant(record, now)
         self._remember(record)
         return record
 
@@ -177,6 +200,7 @@ class ProcessTable:
             del self._idle[program_id]
             del self._programs[program_id]
             record.state = ProgramState.EXPIRED
+            self._credit_tenant(record, now)
             self._remember(record)
             expired.append(record)
         return expired

@@ -47,7 +47,7 @@ class Scheduler:
         self.config = config
         self.kv = kv
         self.policy = policy
-        self.table = ProcessTable(config.program_ttl)
+        self.table = ProcessTable(config.program_ttl, config.tenant_halflife)
         self.num_levels = config.num_queues if policy.uses_levels else 1
         self.levels = self._levels(config.quantum_base or (
             TOKEN_MODE_QUANTUM if config.service_mode == "tokens" else PROVISIONAL_QUANTUM_SECONDS))
@@ -81,12 +81,12 @@ class Scheduler:
         aborted). Ending a recently ended program returns its final record again; an unknown
         id raises UnknownProgramError."""
         if self.table.is_recently_ended(program_id):
-            return self.table.end(program_id, failed), []
+            return self.table.end(program_id, failed, now), []
         program = self.table.get(program_id)
         calls = [self.calls[c] for c in list(program.active_calls)]
         for call in calls:
             self.finish(call, now)
-        return self.table.end(program_id, failed), calls
+        return self.table.end(program_id, failed, now), calls
 
     def add(self, call: SchedulableCall, now: float, program_id: str,
             thread_id: str | None = None) -> None:
@@ -122,7 +122,7 @@ class Scheduler:
         self.policy.complete(program, record)
         self.table.complete_call(record, now, call.num_tokens - call.num_prompt_tokens)
         if program.ephemeral and not program.active_calls:
-            self.table.end(record.program_id)
+            self.table.end(record.program_id, now=now)
 
     def charge(self, plan: SchedulePlan, seconds: float) -> None:
         """Charge each call that ran in `plan` its service (the step time, or in token mode

@@ -27,8 +27,8 @@ class Sim:
         self.calls: dict[str, SimCall] = {}
         self._index = itertools.count()
 
-    def start(self, program_id: str) -> str:
-        return self.scheduler.start_program(self.now, program_id)
+    def start(self, program_id: str, tenant: str | None = None) -> str:
+        return self.scheduler.start_program(self.now, program_id, tenant)
 
     def call(self, program_id: str, call_id: str, prompt_len: int = 8, output_len: int = 4,
              thread_id: str | None = None) -> SimCall:
