@@ -8,6 +8,7 @@ from typing import Callable, Sequence
 
 from engine.call import Call, FinishReason
 from engine.config import EngineConfig
+from engine.errors import DuplicateCallError
 from engine.executor import Executor, StepResult
 from engine.loader import read_model_dir
 from engine.model_runner import ModelRunner
@@ -94,7 +95,7 @@ class LLMEngine:
         index = next(self._arrivals)
         call_id = call_id if call_id is not None else f"call-{index}"
         if call_id in self.calls:
-            raise ValueError(f"call_id {call_id!r} is already in use")
+            raise DuplicateCallError(f"call_id {call_id!r} is already in use")
         now = self.clock()
         if program_id is None:
             program_id = self.scheduler.start_program(now, f"call:{call_id}", tenant,

@@ -1,0 +1,12 @@
+"""Errors the engine raises for bad requests (all ValueError or KeyError subclasses, so a
+caller can map them to status codes without parsing messages)."""
+
+from __future__ import annotations
+
+from scheduler.process_table import UnknownProgramError
+
+__all__ = ["DuplicateCallError", "UnknownProgramError"]
+
+
+class DuplicateCallError(ValueError):
+    """A call id that is already in use (live, or finished and not yet popped)."""
