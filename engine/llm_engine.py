@@ -67,13 +67,13 @@ class LLMEngine:
 
     def end_program(self, program_id: str, failed: bool = False) -> ProgramRecord:
         """End a program: its active calls are aborted and free their blocks. Returns the
-        final record. Ending an unknown or already ended program raises UnknownProgramError."""
+        final record (again, for a recently ended program); an unknown id raises
+        UnknownProgramError."""
         table = self.scheduler.table
-        active = table.get(program_id).active_calls if program_id in table else {}
-        call_records = dict(active)
+        records = dict(table.get(program_id).active_calls) if program_id in table else {}
         record, calls = self.scheduler.end_program(program_id, self.clock(), failed)
         for call in calls:
-            self._mark_aborted(call, call_records[call.call_id])
+            self._mark_aborted(call, records[call.call_id])
         return record
 
     def get_program(self, program_id: str) -> ProgramRecord:
@@ -98,7 +98,7 @@ class LLMEngine:
             raise DuplicateCallError(f"call_id {call_id!r} is already in use")
         now = self.clock()
         if program_id is None:
-            program_id = self.scheduler.start_program(now, f"call:{call_id}", tenant,
+            program_id = self.scheduler.start_program(now, f"call:{call_id}:{index}", tenant,
                                                       ephemeral=True)
         call = Call(call_id, token_ids, params, now, index, self.max_model_len, program_id)
         self.calls[call_id] = call
@@ -216,7 +216,8 @@ class LLMEngine:
         return self.scheduler.num_unfinished > 0
 
     def pop_completion(self, call_id: str) -> CompletionOutput:
-        """Hand over a finished call's result and forget the call."""
+        """Hand over a finished call's result and forget the call. A finished call stays in
+        `calls` until popped (its id stays taken), so callers must pop what they submit."""
         call = self.calls[call_id]
         if not call.is_finished:
             raise ValueError(f"call_id {call_id!r} has not finished")

@@ -47,5 +47,5 @@ class Sampler:
         probs = torch.softmax(logits, dim=-1)
         generator = self.generator
         if p.seed is not None:
-            generator = torch.Generator().manual_seed(p.seed * 1_000_003 + position)
+            generator = torch.Generator().manual_seed((p.seed * 1_000_003 + position) % 2**63)
         return int(torch.multinomial(probs, 1, generator=generator))

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+
+GREEDY_BELOW = 1e-5  # a temperature this small samples greedily (logits / T would overflow)
 
 
 @dataclass(frozen=True)
 class SamplingParams:
     """How one call samples and when it stops.
 
-    Greedy when `temperature == 0`. `top_k <= 0` and `top_p == 1` disable those filters.
+    Greedy when `temperature` is below 1e-5 (0 by default). `top_k == 0` and `top_p == 1`
+    disable those filters.
     A `seed` makes the call's sampling reproducible, independent of its batch neighbours.
     A call stops at `max_tokens`, at any of `stop_token_ids`, at the model's EOS unless
     `ignore_eos`, or when its text ends with one of the `stop` strings (which is cut off).
@@ -29,8 +33,11 @@ class SamplingParams:
             object.__setattr__(self, "stop", (self.stop,))
         object.__setattr__(self, "stop", tuple(self.stop))
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not math.isfinite(self.temperature) or self.temperature < 0:
+            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
+                                      or not 0 <= self.seed < 2**63):
+            raise ValueError(f"seed must be an integer in [0, 2**63), got {self.seed!r}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
@@ -42,4 +49,4 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0
+        return self.temperature < GREEDY_BELOW

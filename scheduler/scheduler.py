@@ -128,7 +128,8 @@ class Scheduler:
         """Charge each call that ran in `plan` its service (the step time, or in token mode
         the tokens it processed) and demote it when its quantum is used up."""
         self.num_steps += 1
-        self._calibrate(seconds)
+        if plan.chunks:  # an empty step (idle tick, abort delivery) says nothing of step time
+            self._calibrate(seconds)
         by_tokens = self.config.service_mode == "tokens"
         for chunk in plan.chunks:
             record = self.records.get(chunk.call.call_id)

@@ -1,4 +1,6 @@
-"""The `agentix` command line. `agentix generate` answers a few chat prompts offline."""
+"""The `agentix` command line. `agentix demo` serves SmolLM2 and runs three agent programs
+against it; `agentix generate` answers a few chat prompts offline; `agentix serve` runs the
+gRPC server until SIGINT or SIGTERM."""
 
 from __future__ import annotations
 
@@ -36,6 +38,32 @@ def _generate(args: argparse.Namespace) -> None:
           f"({total / seconds:.1f} tokens/s) on {args.device}")
 
 
+def _serve(args: argparse.Namespace) -> None:
+    from engine import EngineConfig
+    from engine.models.smollm2 import ensure_smollm2_dir
+    from server.app import serve_forever
+    from server.auth import load_tokens
+
+    try:
+        tokens = load_tokens(args.auth_token_file) if args.auth_token_file else None
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"agentix serve: --auth-token-file: {exc}") from None
+    config = EngineConfig(model=args.model or str(ensure_smollm2_dir()), policy=args.policy,
+                          dtype=args.dtype, device=args.device)
+
+    def ready(running) -> None:
+        print(f"agentix serving on {running.address}", flush=True)
+
+    serve_forever(config, host=args.host, port=args.port, auth_tokens=tokens,
+                  max_waiting=args.max_waiting, grace=args.grace, on_ready=ready)
+
+
+def _demo(args: argparse.Namespace) -> None:
+    from server.demo import main as run_demo
+
+    run_demo(model=args.model, dtype=args.dtype)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="agentix", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -50,6 +78,23 @@ def main(argv: list[str] | None = None) -> None:
     gen.add_argument("--device", default="cpu")
     gen.add_argument("--policy", default="fcfs")
     gen.set_defaults(run=_generate)
+    serve = sub.add_parser("serve", help="run the gRPC server (agentix.v1.Agentix)")
+    serve.add_argument("--model", help="HF model directory (default: SmolLM2-135M-Instruct)")
+    serve.add_argument("--policy", default="atlas")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=50051, help="0: pick a free port")
+    serve.add_argument("--auth-token-file", help="'TOKEN TENANT' lines; turns on auth")
+    serve.add_argument("--max-waiting", type=int, default=1024,
+                       help="waiting calls beyond which Generate is RESOURCE_EXHAUSTED")
+    serve.add_argument("--grace", type=float, default=5.0,
+                       help="seconds calls in flight get to finish on shutdown")
+    serve.add_argument("--dtype", default="float32")
+    serve.add_argument("--device", default="cpu")
+    serve.set_defaults(run=_serve)
+    demo = sub.add_parser("demo", help="serve SmolLM2 (ATLAS) and run three agent programs")
+    demo.add_argument("--model", help="HF model directory (default: SmolLM2-135M-Instruct)")
+    demo.add_argument("--dtype", default="float32")
+    demo.set_defaults(run=_demo)
     args = parser.parse_args(argv)
     args.run(args)
 

@@ -69,3 +69,25 @@ def test_bad_engine_config(kwargs, field):
 def test_unknown_config_override(tiny_llama_dir):
     with pytest.raises(ValueError, match="no_such_knob"):
         LLM(tiny_llama_dir, no_such_knob=1)
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(temperature=float("nan")), "temperature"),
+    (dict(temperature=float("inf")), "temperature"),
+    (dict(seed=-1), "seed"),
+    (dict(seed=2**63), "seed"),
+    (dict(seed=1.5), "seed"),
+])
+def test_bad_temperature_and_seed(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        SamplingParams(**kwargs)
+
+
+def test_extreme_but_valid_sampling_values_run(llm):
+    params = [SamplingParams(temperature=1e-30, max_tokens=3, ignore_eos=True),
+              SamplingParams(temperature=1.0, seed=2**63 - 1, max_tokens=3, ignore_eos=True)]
+    outs = llm.generate([[5, 6, 7], [5, 6, 7]], params)
+    greedy = llm.generate([[5, 6, 7]], SamplingParams(max_tokens=3, ignore_eos=True))[0]
+    assert outs[0].token_ids == greedy.token_ids
+    assert len(outs[1].token_ids) == 3
+    still_works(llm)

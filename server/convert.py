@@ -1,0 +1,83 @@
+"""Conversions between the wire messages (agentix.v1) and the engine's types.
+
+Request fields become engine values with proto3 defaults filled in (unset `top_p` -> 1.0,
+unset `max_tokens` -> 16, unset `seed` -> None); anything the engine could not run raises a
+ValueError whose message starts with the field's name. Engine records become messages; read
+them on the engine thread (they are live objects).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from engine import CompletionOutput, LLMEngine, SamplingParams
+from server import agentix_pb2 as pb
+
+if TYPE_CHECKING:
+    from scheduler.process_table import ProgramRecord
+
+DEFAULT_TOP_P = 1.0
+DEFAULT_MAX_TOKENS = 16
+
+
+def sampling_params(msg: pb.SamplingParams) -> SamplingParams:
+    """Engine sampling parameters from the wire message (ValueError naming a bad field)."""
+    return SamplingParams(
+        temperature=float(msg.temperature),
+        top_k=msg.top_k,
+        top_p=float(msg.top_p) if msg.HasField("top_p") else DEFAULT_TOP_P,
+        seed=msg.seed if msg.HasField("seed") else None,
+        max_tokens=msg.max_tokens if msg.HasField("max_tokens") else DEFAULT_MAX_TOKENS,
+        stop=tuple(msg.stop),
+        stop_token_ids=tuple(msg.stop_token_ids),
+        ignore_eos=msg.ignore_eos,
+    )
+
+
+def prompt(request: pb.GenerateRequest) -> str | list[int]:
+    """The request's prompt: its text or its token ids (the engine checks the ids)."""
+    kind = request.WhichOneof("prompt")
+    if kind is None:
+        raise ValueError("prompt: missing; set text or token_ids")
+    if kind == "text":
+        if not request.text:
+            raise ValueError("prompt: text must not be empty")
+        return request.text
+    return list(request.token_ids.ids)
+
+
+def delta(call_id: str, token_ids: list[int], text: str) -> pb.GenerateResponse:
+    return pb.GenerateResponse(call_id=call_id, delta=pb.Delta(token_ids=token_ids, text=text))
+
+
+def final(completion: CompletionOutput) -> pb.GenerateResponse:
+    usage = pb.Usage(prompt_tokens=len(completion.prompt_token_ids),
+                     cached_tokens=completion.num_cached_tokens,
+                     completion_tokens=len(completion.token_ids),
+                     queue_seconds=completion.queue_seconds,
+                     service_seconds=completion.service_seconds)
+    return pb.GenerateResponse(call_id=completion.call_id, final=pb.Final(
+        finish_reason=completion.finish_reason, usage=usage, text=completion.text))
+
+
+def program_info(record: ProgramRecord) -> pb.ProgramInfo:
+    """A snapshot of a process-table record (call on the engine thread)."""
+    calls = [pb.CallInfo(call_id=c.call_id, thread_id=c.thread_id or "", arrival=c.arrival,
+                         wait=c.wait, service=c.service, queue=c.queue)
+             for c in record.active_calls.values()]
+    return pb.ProgramInfo(
+        program_id=record.program_id, tenant=record.tenant or "", state=record.state.value,
+        service=record.service, wait=record.wait, active_calls=calls,
+        engine=record.engine or 0, last_call_arrival=record.last_call_arrival or 0.0,
+        last_call_completion=record.last_call_completion or 0.0, num_calls=record.num_calls,
+        prompt_tokens=record.prompt_tokens, generated_tokens=record.generated_tokens,
+        swap_time=record.swap_time, external_time=record.external_time)
+
+
+def model_info(engine: LLMEngine) -> pb.ModelInfoResponse:
+    """`num_kv_blocks` counts device blocks as EngineConfig does (the null block included)."""
+    config = engine.config
+    return pb.ModelInfoResponse(model=config.model, vocab_size=engine.vocab_size,
+                                max_model_len=engine.max_model_len, policy=config.policy,
+                                block_size=config.block_size,
+                                num_kv_blocks=engine.kv.pool.num_blocks)

@@ -1,0 +1,268 @@
+"""EngineLoop: the one thread that owns an LLMEngine, and the asyncio-facing way to use it.
+
+The engine is not thread-safe, so everything that touches it (validation, adding and
+aborting calls, reading program records, steps) runs as a command on the loop thread.
+Handlers on an asyncio event loop `await run(fn)` for a one-shot `fn(engine)`, or
+`await submit(add)` for a call whose tokens then stream back through a `CallStream`.
+Commands run in the order they were posted (so an abort posted after an add sees the call).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import logging
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import Callable, TypeVar
+
+from engine import CompletionOutput, LLMEngine, StepOutput
+from server.call_stream import CallStream, StreamDelta, StreamFinal
+from server.detok import IncrementalText
+from server.errors import DrainingError, QueueFullError
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Tracked:
+    """Engine-thread state of one streamed call."""
+
+    stream: CallStream
+    text: IncrementalText
+
+
+class EngineLoop:
+    """Owns `engine` on a daemon thread from `start()` to `stop()`.
+
+    Idle, the thread sleeps on a wake-up event and steps once per `idle_tick` seconds so that
+    program TTL expiry still runs. While calls are in flight it steps back to back, running
+    posted commands between steps. New calls are refused with QueueFullError while
+    `max_waiting` calls are waiting (queued or swapped out), and with DrainingError once
+    draining has begun. The loop pops every finished call's completion: a streamed call's
+    goes to its stream, that of a call added some other way (`run(lambda e: e.add_call(..))`)
+    is dropped, so the engine never keeps finished calls.
+    """
+
+    def __init__(self, engine: LLMEngine, max_waiting: int = 1024, idle_tick: float = 1.0) -> None:
+        if max_waiting <= 0:
+            raise ValueError(f"max_waiting must be positive, got {max_waiting}")
+        if idle_tick <= 0:
+            raise ValueError(f"idle_tick must be positive, got {idle_tick}")
+        self.engine = engine
+        self.max_waiting = max_waiting
+        self.idle_tick = idle_tick
+        self._commands: collections.deque[Callable[[], None]] = collections.deque()
+        self._lock = threading.Lock()  # guards _commands and _closed
+        self._wake = threading.Event()
+        self._closed = False           # no more commands are accepted
+        self._stopping = False         # engine thread: leave the loop
+        self._draining = False
+        self._streams: dict[str, _Tracked] = {}  # engine thread only
+        self._thread = threading.Thread(target=self._main, name="agentix-engine", daemon=True)
+
+    # ----- any thread -------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    def post(self, command: Callable[[], None]) -> None:
+        """Queue `command` for the engine thread; DrainingError once the loop is stopped."""
+        with self._lock:
+            if self._closed:
+                raise DrainingError("the server is shutting down")
+            self._commands.append(command)
+        self._wake.set()
+
+    def _future(self, fn: Callable[[LLMEngine], T]) -> concurrent.futures.Future[T]:
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def command() -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                future.set_result(fn(self.engine))
+            except BaseException as exc:  # handed to the waiter, never kills the loop
+                future.set_exception(exc)
+
+        self.post(command)
+        return future
+
+    def call(self, fn: Callable[[LLMEngine], T], timeout: float | None = 60.0) -> T:
+        """Run `fn(engine)` on the engine thread and return its result (blocking; for tests
+        and synchronous callers, not for the engine thread itself)."""
+        if threading.current_thread() is self._thread:
+            return fn(self.engine)
+        return self._future(fn).result(timeout)
+
+    async def run(self, fn: Callable[[LLMEngine], T]) -> T:
+        """Run `fn(engine)` on the engine thread; its result or exception comes back here."""
+        return await asyncio.wrap_future(self._future(fn))
+
+    async def submit(self, add: Callable[[LLMEngine], str]) -> CallStream:
+        """Add a call with `add(engine) -> call_id` (which validates and raises request
+        errors) and return its stream. If the awaiting task is cancelled, the call is
+        aborted as soon as it exists."""
+        stream = CallStream(asyncio.get_running_loop(), self._cancel)
+        future: concurrent.futures.Future[str] = concurrent.futures.Future()
+        self.post(lambda: self._add(stream, add, future))
+        try:
+            await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            stream.cancel()
+            raise
+        return stream
+
+    async def drain(self, grace: float, abort_wait: float = 5.0) -> None:
+        """Refuse new calls, give in-flight calls `grace` seconds to finish, abort the rest
+        and wait (up to `abort_wait`) until their final items are out."""
+        await self.run(lambda engine: self._begin_draining())
+        deadline = time.monotonic() + max(0.0, grace)
+        while await self.run(lambda engine: bool(self._streams)) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        await self.run(lambda engine: self._abort_all())
+        deadline = time.monotonic() + abort_wait
+        while await self.run(lambda engine: bool(self._streams)) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+
+    def stop(self, timeout: float | None = 30.0) -> None:
+        """Stop the engine thread (after `drain`, or abruptly: streams then get no final).
+        Commands posted afterwards raise DrainingError. Idempotent."""
+        with self._lock:
+            if not self._closed:
+                self._commands.append(self._request_stop)
+            self._closed = True
+        self._wake.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    # ----- engine thread ----------------------------------------------------------------
+    def _main(self) -> None:
+        last_step = time.monotonic()
+        while not self._stopping:
+            self._wake.clear()
+            self._run_commands()
+            if self._stopping:
+                break
+            idle_for = time.monotonic() - last_step
+            # Step while calls are in flight; idle, once per tick (TTL expiry), however
+            # many commands wake the thread in between.
+            if self._streams or self.engine.has_unfinished_calls() or idle_for >= self.idle_tick:
+                self._step()
+                last_step = time.monotonic()
+            else:
+                self._wake.wait(self.idle_tick - idle_for)
+
+    def _request_stop(self) -> None:
+        self._stopping = True
+
+    def _run_commands(self) -> None:
+        while True:
+            with self._lock:
+                if not self._commands:
+                    return
+                command = self._commands.popleft()
+            try:
+                command()
+            except Exception:
+                log.exception("engine loop command failed")
+
+    def _begin_draining(self) -> None:
+        self._draining = True
+
+    def _add(self, stream: CallStream, add: Callable[[LLMEngine], str],
+             future: concurrent.futures.Future[str]) -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            if self._draining:
+                raise DrainingError("the server is shutting down: no new calls")
+            if len(self.engine.scheduler.queued) >= self.max_waiting:
+                raise QueueFullError(f"the waiting queue is full ({self.max_waiting} calls)")
+            call_id = add(self.engine)
+        except BaseException as exc:
+            future.set_exception(exc)
+            return
+        stream.call_id = call_id
+        call = self.engine.calls[call_id]
+        decode = self.engine.tokenizer.decode if self.engine.tokenizer is not None else None
+        self._streams[call_id] = _Tracked(stream, IncrementalText(decode, call.params.stop))
+        future.set_result(call_id)
+
+    def _cancel(self, stream: CallStream) -> None:
+        try:
+            self.post(lambda: self._abort_stream(stream))
+        except DrainingError:
+            pass  # the engine thread is gone, and the call with it
+
+    def _abort_stream(self, stream: CallStream) -> None:
+        if stream.call_id is not None and stream.call_id in self._streams:
+            self.engine.abort_call(stream.call_id)
+
+    def _abort_all(self) -> None:
+        for call_id in list(self._streams):
+            self.engine.abort_call(call_id)
+
+    def _step(self) -> None:
+        """One engine step and its outputs handed out. If anything raises, the calls in
+        flight are aborted and their streams end with "error"; the loop goes on."""
+        try:
+            self._dispatch(self.engine.step())
+        except Exception:
+            log.exception("engine step failed; failing the calls in flight")
+            self._fail_all()
+
+    def _dispatch(self, outputs: list[StepOutput]) -> None:
+        for out in outputs:
+            tracked = self._streams.get(out.call_id)
+            if tracked is None:
+                if out.finished and out.call_id in self.engine.calls:
+                    self.engine.pop_completion(out.call_id)  # no stream: do not keep it
+                continue
+            if not out.finished:
+                text = tracked.text.push(out.new_token_ids)
+                tracked.stream.put(StreamDelta(list(out.new_token_ids), text))
+                continue
+            del self._streams[out.call_id]
+            completion = self.engine.pop_completion(out.call_id)
+            rest = tracked.text.finish(completion.text)
+            if out.new_token_ids or rest:
+                tracked.stream.put(StreamDelta(list(out.new_token_ids), rest))
+            tracked.stream.put(StreamFinal(completion))
+        if self._streams and not self.engine.has_unfinished_calls():
+            self._reap_orphans()
+
+    def _reap_orphans(self) -> None:
+        """Streams whose call the engine no longer runs, after a step that gave them no
+        final output (should not happen; this keeps such a bug from spinning the loop)."""
+        for call_id in list(self._streams):
+            call = self.engine.calls.get(call_id)
+            if call is None or call.is_finished:
+                self._fail(call_id)
+
+    def _fail_all(self) -> None:
+        for call_id in list(self._streams):
+            try:
+                self.engine.abort_call(call_id)
+            except Exception:
+                log.exception("could not abort %s", call_id)
+            self._fail(call_id)
+
+    def _fail(self, call_id: str) -> None:
+        """End a stream with "error" (with the call's usage when the engine still has it)."""
+        tracked = self._streams.pop(call_id)
+        completion = CompletionOutput(call_id, [], [], "", "error", 0, 0, 0.0, 0.0)
+        try:
+            call = self.engine.calls.get(call_id)
+            if call is not None and call.is_finished:
+                completion = self.engine.pop_completion(call_id)
+        except Exception:
+            log.exception("could not pop %s", call_id)
+        tracked.stream.put(StreamFinal(replace(completion, text=tracked.text.sent,
+                                               finish_reason="error")))

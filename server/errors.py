@@ -1,0 +1,60 @@
+"""Errors the server raises for requests the engine itself would accept, and the one place
+that maps every request error to a gRPC status code."""
+
+from __future__ import annotations
+
+import grpc
+
+from engine.errors import DuplicateCallError, UnknownProgramError
+
+
+class ServerError(Exception):
+    """Base of the server's own request errors; `code` is the status the client gets."""
+
+    code = grpc.StatusCode.INTERNAL
+
+
+class DrainingError(ServerError):
+    """The server is shutting down and takes no new programs or calls."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+
+
+class QueueFullError(ServerError):
+    """The engine's waiting queue is at the configured bound (`max_waiting`)."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class PermissionDeniedError(ServerError):
+    """The caller's tenant does not own the program or call it names."""
+
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class AlreadyExistsError(ServerError):
+    """A proposed id (program or call) is taken."""
+
+    code = grpc.StatusCode.ALREADY_EXISTS
+
+
+def status_of(exc: BaseException) -> grpc.StatusCode | None:
+    """The status code for a request error, or None for an unexpected (internal) error.
+
+    Engine errors: unknown or ended program -> NOT_FOUND, reused call id -> ALREADY_EXISTS,
+    any other ValueError (the engine names the field first) -> INVALID_ARGUMENT.
+    """
+    if isinstance(exc, ServerError):
+        return exc.code
+    if isinstance(exc, UnknownProgramError):
+        return grpc.StatusCode.NOT_FOUND
+    if isinstance(exc, DuplicateCallError):
+        return grpc.StatusCode.ALREADY_EXISTS
+    if isinstance(exc, ValueError):
+        return grpc.StatusCode.INVALID_ARGUMENT
+    return None
+
+
+def message_of(exc: BaseException) -> str:
+    """The client-facing message (UnknownProgramError's own str, not KeyError's repr)."""
+    return str(exc) if str(exc) else type(exc).__name__

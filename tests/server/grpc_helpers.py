@@ -1,0 +1,77 @@
+"""Helpers for the gRPC server tests: start a server over the tiny word-level Llama (token
+i is the word `w{i}`), build requests, read streams, and check that nothing leaked."""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+import pytest
+
+from engine import EngineConfig
+from server import agentix_pb2 as pb
+
+SMALL = dict(block_size=8, num_kv_blocks=64, dtype="float32", policy="atlas")
+
+
+def server_config(model_dir: str, **overrides) -> EngineConfig:
+    return EngineConfig(model=model_dir, **{**SMALL, **overrides})
+
+
+def start(model_dir: str, **kwargs):
+    """A server over the tiny model; kwargs split into start_server's and engine config's."""
+    from server.app import start_server
+
+    names = ("auth_tokens", "max_waiting", "grace", "host", "port")
+    server_kwargs = {k: kwargs.pop(k) for k in names if k in kwargs}
+    return start_server(server_config(model_dir, **kwargs), **server_kwargs)
+
+
+def free_blocks(server) -> int:
+    return server.engine_loop.call(lambda engine: engine.kv.num_free_blocks)
+
+
+def assert_clean(server, free_at_start: int, timeout: float = 5.0) -> None:
+    """Within `timeout`, no call is left in the engine, every block is free again, and the
+    block pool, scheduler and process table agree (checked on the engine thread)."""
+    deadline = time.monotonic() + timeout
+
+    def state(engine) -> tuple[bool, int, int]:
+        return engine.has_unfinished_calls(), len(engine.calls), engine.kv.num_free_blocks
+
+    idle = (False, 0, free_at_start)
+    while (now := server.engine_loop.call(state)) != idle and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert now == idle, "(unfinished calls, calls not popped, free blocks)"
+    server.engine_loop.call(lambda engine: engine.check_integrity())
+
+
+def gen_request(prompt: list[int] | str, program_id: str = "", **fields) -> pb.GenerateRequest:
+    """A GenerateRequest; `fields` go to SamplingParams except thread_id/call_id."""
+    ids = {k: fields.pop(k) for k in ("thread_id", "call_id") if k in fields}
+    kind = {"text": prompt} if isinstance(prompt, str) else {"token_ids": pb.TokenIds(ids=prompt)}
+    return pb.GenerateRequest(program_id=program_id, sampling=pb.SamplingParams(**fields),
+                              **ids, **kind)
+
+
+def collect(responses) -> tuple[list[int], str, pb.Final]:
+    """(streamed token ids, streamed text, the final message) of a Generate stream."""
+    ids, text, final = [], "", None
+    for response in responses:
+        assert final is None, "nothing may follow the final message"
+        if response.HasField("delta"):
+            ids.extend(response.delta.token_ids)
+            text += response.delta.text
+        else:
+            final = response.final
+    assert final is not None, "the stream must end with a final message"
+    return ids, text, final
+
+
+def rpc_error(fn, *args, **kwargs) -> grpc.RpcError:
+    """The RpcError that `fn(*args)` raises (streams are consumed)."""
+    with pytest.raises(grpc.RpcError) as info:
+        result = fn(*args, **kwargs)
+        if hasattr(result, "__iter__") and not hasattr(result, "SerializeToString"):
+            list(result)
+    return info.value
