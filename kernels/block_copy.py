@@ -31,8 +31,12 @@ def _check(src: torch.Tensor, block_ids: torch.Tensor, dst: torch.Tensor,
 def gather_blocks_ref(src: torch.Tensor, block_ids: torch.Tensor, dst: torch.Tensor) -> None:
     """Torch reference of `gather_blocks`: dst[i] = src[block_ids[i]]."""
     _check(src, block_ids, dst, staging=dst)
-    rows = src.index_select(0, block_ids.to(device=src.device, dtype=torch.long))
-    dst[: block_ids.shape[0]].copy_(rows)
+    ids = block_ids.to(device=src.device, dtype=torch.long)
+    out = dst[: block_ids.shape[0]]
+    if out.is_contiguous() and out.device == src.device and out.dtype == src.dtype:
+        torch.index_select(src, 0, ids, out=out)  # straight into dst: one copy, no temporary
+    else:
+        out.copy_(src.index_select(0, ids))
 
 
 def scatter_blocks_ref(src: torch.Tensor, block_ids: torch.Tensor, dst: torch.Tensor) -> None:

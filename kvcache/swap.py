@@ -30,7 +30,7 @@ class BulkSwapper:
             pin_memory=self._on_cuda,
         )
         self._stream = torch.cuda.Stream(device=kv_cache.device) if self._on_cuda else None
-        self._pinned = self.host_cache[:0]  # reusable pinned staging on CUDA, grown on demand
+        self._staging = self.host_cache[:0]  # reusable host staging (pinned on CUDA)
         self.num_copies = 0
         self.num_blocks_out = 0
         self.num_blocks_in = 0
@@ -41,7 +41,7 @@ class BulkSwapper:
             return
         device_ids, host_ids = self._split(pairs, self.kv_cache, self.host_cache)
         with self._on_side_stream():
-            staging = torch.empty(
+            staging = self._host_buffer(len(pairs)) if not self._on_cuda else torch.empty(
                 (len(pairs), *self.kv_cache.shape[1:]), dtype=self.kv_cache.dtype,
                 device=self.kv_cache.device,
             )
@@ -81,15 +81,12 @@ class BulkSwapper:
             self._stream.synchronize()
 
     def _host_buffer(self, n: int) -> torch.Tensor:
-        """Host staging for `n` blocks: on CUDA a view of the reused pinned buffer (safe since
-        every swap synchronizes before returning), else a fresh tensor."""
-        if not self._on_cuda:
-            return torch.empty((n, *self.host_cache.shape[1:]), dtype=self.host_cache.dtype)
-        if self._pinned.shape[0] < n:
-            self._pinned = torch.empty(
-                (n, *self.host_cache.shape[1:]), dtype=self.host_cache.dtype, pin_memory=True
-            )
-        return self._pinned[:n]
+        """Host staging for `n` blocks: a view of one reused buffer (pinned on CUDA), grown on
+        demand; safe since every swap finishes with it before returning."""
+        if self._staging.shape[0] < n:
+            self._staging = torch.empty((n, *self.host_cache.shape[1:]),
+                                        dtype=self.host_cache.dtype, pin_memory=self._on_cuda)
+        return self._staging[:n]
 
     @staticmethod
     def _split(

@@ -1,0 +1,1 @@
+"""Program-level scheduling: process table, policies, discretized queues, batch formation (no torch)."""

@@ -1,0 +1,1 @@
+"""Llama-family models, their layers, and the offline SmolLM2 conversion."""
