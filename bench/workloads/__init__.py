@@ -1,0 +1,1 @@
+"""Workload generators: each module's `generate(num_programs, seed, rate) -> Trace`."""
