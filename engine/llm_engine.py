@@ -6,6 +6,8 @@ import itertools
 import time
 from typing import Callable, Sequence
 
+import torch
+
 from engine.call import Call, FinishReason
 from engine.config import EngineConfig
 from engine.errors import DuplicateCallError
@@ -15,6 +17,7 @@ from engine.model_runner import ModelRunner
 from engine.outputs import CompletionOutput, StepOutput
 from engine.sampling_params import SamplingParams
 from engine.tokenizer import load_tokenizer
+from kvcache.kv_tensor import KVCacheSpec
 from kvcache.manager import KVCacheManager
 from scheduler.plan import SchedulePlan
 from scheduler.policy import make_policy
@@ -45,11 +48,16 @@ class LLMEngine:
         self.runner = ModelRunner(config, files, self.max_model_len) if executor is None else None
         self.executor: Executor = executor or self.runner
         num_blocks = self.runner.num_kv_blocks if self.runner else config.num_kv_blocks
+        if num_blocks is None:
+            raise ValueError("num_kv_blocks must be set when an executor is injected")
         self.kv = KVCacheManager(num_blocks, config.block_size, config.num_host_blocks,
                                  config.enable_prefix_caching)
         # A call must fit the whole pool on its own, or it could never finish.
         self.max_model_len = min(self.max_model_len, self.kv.pool.num_usable * config.block_size)
-        bytes_per_block = self.runner.kv_spec.bytes_per_block if self.runner else 0
+        bytes_per_block = KVCacheSpec(
+            num_blocks=num_blocks, num_layers=files.args.num_layers,
+            block_size=config.block_size, num_kv_heads=files.args.num_kv_heads,
+            head_dim=files.args.head_dim, dtype=getattr(torch, config.dtype)).bytes_per_block
         self.scheduler = Scheduler(config.scheduler_config(bytes_per_block), self.kv,
                                    make_policy(config.policy))
         self.calls: dict[str, Call] = {}
