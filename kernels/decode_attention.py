@@ -18,29 +18,21 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from kernels.shapes import check_query_and_cache
+
 
 
 def _check(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
            block_tables: torch.Tensor, context_lens: torch.Tensor) -> int:
     """Validate shapes; return the GQA group size (query heads per kv head)."""
-    if query.dim() != 3:
-        raise ValueError(f"query must be [batch, q_heads, head_dim], got {tuple(query.shape)}")
-    if k_cache.dim() != 4 or k_cache.shape != v_cache.shape:
-        raise ValueError(f"k_cache/v_cache must both be [blocks, block_size, kv_heads, head_dim], "
-                         f"got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
-    batch, num_q_heads, head_dim = query.shape
-    num_kv_heads = k_cache.shape[2]
-    if k_cache.shape[3] != head_dim:
-        raise ValueError(f"cache head_dim {k_cache.shape[3]} != query head_dim {head_dim}")
-    if num_q_heads % num_kv_heads != 0:
-        raise ValueError(f"num_q_heads {num_q_heads} is not a multiple of num_kv_heads "
-                         f"{num_kv_heads}")
+    group = check_query_and_cache(query, k_cache, v_cache, "batch")
+    batch = query.shape[0]
     if block_tables.dim() != 2 or block_tables.shape[0] != batch:
         raise ValueError(f"block_tables must be [{batch}, max_blocks], got "
                          f"{tuple(block_tables.shape)}")
     if context_lens.shape != (batch,):
         raise ValueError(f"context_lens must be [{batch}], got {tuple(context_lens.shape)}")
-    return num_q_heads // num_kv_heads
+    return group
 
 
 ROWS_PER_GROUP = 8  # the reference pads each group of similar-length rows separately

@@ -1,5 +1,5 @@
-"""Shared fixtures: tiny random Llama checkpoints written as HF directories, and the
-transformers greedy reference for them."""
+"""Shared fixtures: tiny random Llama checkpoints (built by tests/tiny_llama.py) as HF
+directories, and the Triton interpreter switch for CPU machines."""
 
 from __future__ import annotations
 
@@ -10,29 +10,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest
 import torch
 
+from tiny_llama import build_tiny_llama, save_word_tokenizer
+
 if not torch.cuda.is_available():
     # Triton kernels run under the interpreter on CPU machines; this must be set before any
     # test imports triton. On a GPU the same tests run compiled for real.
     os.environ.setdefault("TRITON_INTERPRET", "1")
-
-TINY_LLAMA = dict(
-    vocab_size=384, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-    num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
-    rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, initializer_range=0.3,
-    rope_parameters=dict(rope_type="llama3", rope_theta=10000.0, factor=8.0,
-                         low_freq_factor=1.0, high_freq_factor=4.0,
-                         original_max_position_embeddings=32),
-)
-
-
-def build_tiny_llama(path, tie_word_embeddings: bool, seed: int = 0):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    config = LlamaConfig(**TINY_LLAMA, tie_word_embeddings=tie_word_embeddings)
-    model = LlamaForCausalLM(config).eval()
-    model.save_pretrained(path)
-    return model
 
 
 @pytest.fixture(scope="session", params=["tied", "untied"])
@@ -43,20 +26,6 @@ def tiny_llama(request, tmp_path_factory):
     return str(path), model
 
 
-def save_word_tokenizer(path) -> None:
-    """A word-level tokenizer whose token i is the word `w{i}` (ids 0-2: pad, bos, eos)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {f"w{i}": i for i in range(TINY_LLAMA["vocab_size"])}
-    vocab.update({"<pad>": 0, "<s>": 1, "</s>": 2})
-    del vocab["w0"], vocab["w1"], vocab["w2"]
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>",
-                            eos_token="</s>").save_pretrained(path)
-
-
 @pytest.fixture(scope="session")
 def tiny_llama_dir(tmp_path_factory):
     """A tied tiny Llama with a word-level tokenizer, for tests that need no reference."""
@@ -64,12 +33,3 @@ def tiny_llama_dir(tmp_path_factory):
     build_tiny_llama(path, tie_word_embeddings=True)
     save_word_tokenizer(path)
     return str(path)
-
-
-def hf_greedy(model, prompt: list[int], max_new_tokens: int) -> list[int]:
-    """transformers' own greedy continuation, EOS ignored."""
-    with torch.no_grad():
-        out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt),
-                             dtype=torch.long), max_new_tokens=max_new_tokens,
-                             min_new_tokens=max_new_tokens, do_sample=False, pad_token_id=0)
-    return out[0, len(prompt):].tolist()

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from conftest import hf_greedy
+from tiny_llama import hf_greedy
 from engine import LLM, SamplingParams
 
 PROMPT_LENGTHS = [3, 7, 12, 17, 22, 29, 33, 40]

@@ -1,0 +1,48 @@
+"""Tiny random Llama checkpoints written as HF directories, and the transformers greedy
+reference for them (imported by tests/conftest.py and by tests that need the reference)."""
+
+from __future__ import annotations
+
+import torch
+
+TINY_LLAMA = dict(
+    vocab_size=384, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+    num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
+    rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, initializer_range=0.3,
+    rope_parameters=dict(rope_type="llama3", rope_theta=10000.0, factor=8.0,
+                         low_freq_factor=1.0, high_freq_factor=4.0,
+                         original_max_position_embeddings=32),
+)
+
+
+def build_tiny_llama(path, tie_word_embeddings: bool, seed: int = 0):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(**TINY_LLAMA, tie_word_embeddings=tie_word_embeddings)
+    model = LlamaForCausalLM(config).eval()
+    model.save_pretrained(path)
+    return model
+
+
+def save_word_tokenizer(path) -> None:
+    """A word-level tokenizer whose token i is the word `w{i}` (ids 0-2: pad, bos, eos)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {f"w{i}": i for i in range(TINY_LLAMA["vocab_size"])}
+    vocab.update({"<pad>": 0, "<s>": 1, "</s>": 2})
+    del vocab["w0"], vocab["w1"], vocab["w2"]
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>",
+                            eos_token="</s>").save_pretrained(path)
+
+
+def hf_greedy(model, prompt: list[int], max_new_tokens: int) -> list[int]:
+    """transformers' own greedy continuation, EOS ignored."""
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt),
+                             dtype=torch.long), max_new_tokens=max_new_tokens,
+                             min_new_tokens=max_new_tokens, do_sample=False, pad_token_id=0)
+    return out[0, len(prompt):].tolist()
