@@ -15,11 +15,11 @@ class CallStatus(enum.Enum):
 
 class SchedulableCall(Protocol):
     """A call as the scheduler sees it. `all_token_ids` is prompt + generated so far;
-    `num_computed_tokens` of them have their K/V in the cache."""
+    `num_computed_tokens` of them have their K/V in the cache. The scheduler sets `status`,
+    `num_computed_tokens` (on admission and preemption), `num_cached_tokens` (prefix hits)
+    and `num_preemptions`; the engine appends tokens."""
 
     call_id: str
-    arrival_time: float
-    arrival_index: int
     status: CallStatus
     num_computed_tokens: int
     num_cached_tokens: int
@@ -28,6 +28,9 @@ class SchedulableCall(Protocol):
 
     @property
     def num_tokens(self) -> int: ...
+
+    @property
+    def num_prompt_tokens(self) -> int: ...
 
     @property
     def num_remaining_tokens(self) -> int:
