@@ -64,6 +64,13 @@ def _demo(args: argparse.Namespace) -> None:
     run_demo(model=args.model, dtype=args.dtype)
 
 
+def _bench(args: argparse.Namespace) -> None:
+    """`agentix bench ...` is `bench.cli`'s command line (all arguments passed through)."""
+    from bench.cli import main as bench_main
+
+    bench_main(args.bench_args)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="agentix", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -95,7 +102,15 @@ def main(argv: list[str] | None = None) -> None:
     demo.add_argument("--model", help="HF model directory (default: SmolLM2-135M-Instruct)")
     demo.add_argument("--dtype", default="float32")
     demo.set_defaults(run=_demo)
-    args = parser.parse_args(argv)
+    bench = sub.add_parser("bench", add_help=False,
+                           help="benchmarks: 'agentix bench sim --help' (see bench/cli.py)")
+    bench.add_argument("bench_args", nargs=argparse.REMAINDER)
+    bench.set_defaults(run=_bench)
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "bench":  # pass everything through, options before "sim" too
+        args.bench_args = extra + args.bench_args
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.run(args)
 
 

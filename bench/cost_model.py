@@ -1,0 +1,239 @@
+"""The simulator's cost model: how long one engine step and one swap take on a GPU preset.
+
+A step is either compute-bound or memory-bound, whichever is slower (a roofline):
+
+    step = step_overhead [+ schedule_overhead on a new scheduling round]
+           + max(flops / (peak_flops * efficiency * tp), bytes / (hbm_bandwidth * tp))
+
+    flops = 2 * params * new_tokens                    (every weight is a multiply-add per token)
+          + 4 * layers * q_heads * head_dim * pairs    (QK^T and PV; `pairs` = query-key pairs)
+    bytes = params * dtype_bytes                       (the weights, read once per step)
+          + kv_per_token * (context read + new tokens written)
+
+`kv_per_token = 2 * layers * kv_heads * head_dim * dtype_bytes` (K and V). Tensor parallelism
+splits both the FLOPs and the bytes over `tp` GPUs (communication is folded into the overhead).
+A chunk is `(num_new_tokens, context_len)` with `context_len` the call's tokens after the chunk
+(start + new); its new tokens attend causally, so it makes
+`new * context_len - new * (new - 1) / 2` query-key pairs and reads `context_len - new` cached
+tokens.
+
+Worked floors (see tests/bench/test_cost_model.py):
+- llama-3.1-8b on a100-80g: weights 8.03e9 * 2 B = 16.06 GB; one decode at context 1 costs at
+  least 16.06 GB / 2.0 TB/s = 8.03 ms (plus the overheads, 2 ms by default).
+- a 2,048-token prefill of the same model: 2 * 8.03e9 * 2048 = 32.9 TFLOP; at 312 TFLOP/s * 0.6 that
+  is 176 ms, far above its 16 GB / 2 TB/s = 8 ms of weight reads: compute-bound.
+- KV per token: 8B 128 KiB, 70B 320 KiB (DESIGN.md's table).
+
+Swaps: one bulk gather-copy-scatter per direction, `blocks * bytes_per_block / host_link +
+per_transfer_latency`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+GB = 1e9
+TB = 1e12
+TFLOPS = 1e12
+
+
+@dataclass(frozen=True)
+class GPUPreset:
+    """One GPU: dense bf16 peak, matmul efficiency reached, HBM bandwidth and size, the
+    practical host link (PCIe) bandwidth and the fixed latency of one bulk transfer, and the
+    host memory available for swapped KV blocks (per engine)."""
+
+    name: str
+    peak_flops: float
+    efficiency: float
+    hbm_bandwidth: float
+    memory_bytes: float
+    host_link_bandwidth: float
+    per_transfer_latency: float
+    host_memory_bytes: float
+
+    def __post_init__(self) -> None:
+        for field_name in ("peak_flops", "hbm_bandwidth", "memory_bytes", "host_link_bandwidth"):
+            if not getattr(self, field_name) > 0:
+                raise ValueError(f"{field_name} must be positive, got {getattr(self, field_name)}")
+        if not 0 < self.efficiency <= 1:
+            raise ValueError(f"efficiency must be in (0, 1], got {self.efficiency}")
+        if self.per_transfer_latency < 0:
+            raise ValueError(f"per_transfer_latency must be >= 0, got {self.per_transfer_latency}")
+        if self.host_memory_bytes < 0:
+            raise ValueError(f"host_memory_bytes must be >= 0, got {self.host_memory_bytes}")
+
+
+@dataclass(frozen=True)
+class ModelPreset:
+    """One model's shapes, parameter count and how many GPUs it is split over."""
+
+    name: str
+    layers: int
+    hidden: int
+    q_heads: int
+    kv_heads: int
+    head_dim: int
+    ffn: int
+    vocab: int
+    params: float
+    tensor_parallel: int = 1
+    dtype_bytes: int = 2
+
+    def __post_init__(self) -> None:
+        for field_name in ("layers", "hidden", "q_heads", "kv_heads", "head_dim", "ffn", "vocab",
+                           "params", "tensor_parallel", "dtype_bytes"):
+            if not getattr(self, field_name) > 0:
+                raise ValueError(f"{field_name} must be positive, got {getattr(self, field_name)}")
+
+    @property
+    def weight_bytes(self) -> float:
+        return self.params * self.dtype_bytes
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
+
+    def hf_config(self) -> dict:
+        """A Hugging Face `config.json` for this shape (enough for an engine with an
+        injected executor; no weights)."""
+        return {
+            "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+            "vocab_size": self.vocab, "hidden_size": self.hidden,
+            "intermediate_size": self.ffn, "num_hidden_layers": self.layers,
+            "num_attention_heads": self.q_heads, "num_key_value_heads": self.kv_heads,
+            "head_dim": self.head_dim, "max_position_embeddings": 131072,
+            "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": False,
+            "bos_token_id": 128000, "eos_token_id": 128001, "torch_dtype": "bfloat16",
+        }
+
+
+# Datasheet figures (DESIGN.md "Reference figures"); host memory: the paper's host had 1.36 TB,
+# we give each engine 256 GB of it (a large swap space that is cheap to index in the simulator).
+GPU_PRESETS: dict[str, GPUPreset] = {
+    p.name: p for p in (
+        GPUPreset("a100-80g", 312 * TFLOPS, 0.6, 2.0 * TB, 80 * GB, 25 * GB, 1e-4, 256 * GB),
+        GPUPreset("h100", 989 * TFLOPS, 0.6, 3.35 * TB, 80 * GB, 50 * GB, 1e-4, 256 * GB),
+        GPUPreset("h200", 989 * TFLOPS, 0.6, 4.8 * TB, 141 * GB, 50 * GB, 1e-4, 256 * GB),
+    )
+}
+
+MODEL_PRESETS: dict[str, ModelPreset] = {
+    p.name: p for p in (
+        ModelPreset("llama-3.1-8b", 32, 4096, 32, 8, 128, 14336, 128256, 8.03e9, 1, 2),
+        ModelPreset("llama-3.1-70b", 80, 8192, 64, 8, 128, 28672, 128256, 70.6e9, 4, 2),
+    )
+}
+
+
+def gpu_preset(name: str) -> GPUPreset:
+    if name not in GPU_PRESETS:
+        raise ValueError(f"preset must be one of {sorted(GPU_PRESETS)}, got {name!r}")
+    return GPU_PRESETS[name]
+
+
+def model_preset(name: str) -> ModelPreset:
+    if name not in MODEL_PRESETS:
+        raise ValueError(f"model must be one of {sorted(MODEL_PRESETS)}, got {name!r}")
+    return MODEL_PRESETS[name]
+
+
+class CostModel:
+    """Step and swap durations for one model on one GPU preset (tp GPUs of it).
+
+    `step_overhead` is paid by every step (launches, sampling, CPU work); `schedule_overhead`
+    only by steps that start a new scheduling round (what multistep saves). `kv_utilization` is
+    the share of memory left after the weights that holds KV blocks.
+    """
+
+    def __init__(self, gpu: GPUPreset, model: ModelPreset, step_overhead: float = 1e-3,
+                 schedule_overhead: float = 1e-3, kv_utilization: float = 0.9) -> None:
+        if step_overhead < 0:
+            raise ValueError(f"step_overhead must be >= 0, got {step_overhead}")
+        if schedule_overhead < 0:
+            raise ValueError(f"schedule_overhead must be >= 0, got {schedule_overhead}")
+        if not 0 < kv_utilization <= 1:
+            raise ValueError(f"kv_utilization must be in (0, 1], got {kv_utilization}")
+        self.gpu, self.model = gpu, model
+        self.step_overhead = step_overhead
+        self.schedule_overhead = schedule_overhead
+        self.kv_utilization = kv_utilization
+        tp = model.tensor_parallel
+        self._flops_rate = gpu.peak_flops * gpu.efficiency * tp
+        self._byte_rate = gpu.hbm_bandwidth * tp
+        self._attn_flops_per_pair = 4 * model.layers * model.q_heads * model.head_dim
+        self._kv_per_token = model.kv_bytes_per_token
+
+    @classmethod
+    def from_names(cls, preset: str, model: str, **kwargs) -> "CostModel":
+        return cls(gpu_preset(preset), model_preset(model), **kwargs)
+
+    # ----- steps -------------------------------------------------------------------------
+    def step_seconds(self, chunks: Iterable[tuple[int, int]], new_round: bool = True) -> float:
+        """Duration of one step running `chunks` of `(num_new_tokens, context_len)`; an empty
+        step costs nothing."""
+        new = pairs = kv_tokens = 0
+        for n, context in chunks:
+            if n <= 0 or context < n:
+                raise ValueError(f"chunk: need 0 < num_new_tokens <= context_len, got ({n}, {context})")
+            new += n
+            pairs += n * context - n * (n - 1) // 2
+            kv_tokens += context  # (context - n) read + n written
+        return self.step_seconds_from_totals(new, pairs, kv_tokens, new_round)
+
+    def step_seconds_from_totals(self, new_tokens: int, pairs: int, kv_tokens: int,
+                                 new_round: bool = True) -> float:
+        """`step_seconds` from a batch's totals (the executor's fast path)."""
+        if new_tokens == 0:
+            return 0.0
+        flops = 2 * self.model.params * new_tokens + self._attn_flops_per_pair * pairs
+        nbytes = self.model.weight_bytes + self._kv_per_token * kv_tokens
+        overhead = self.step_overhead + (self.schedule_overhead if new_round else 0.0)
+        return overhead + max(flops / self._flops_rate, nbytes / self._byte_rate)
+
+    def call_seconds(self, prompt_len: int, output_len: int) -> float:
+        """A simple estimate of one call's service alone on the GPU: its prefill as one step,
+        then `output_len - 1` decodes at its mean context (the oracle's `oracle_work`)."""
+        prefill = self.step_seconds([(prompt_len, prompt_len)])
+        mean_context = prompt_len + (output_len + 1) // 2
+        return prefill + (output_len - 1) * self.step_seconds([(1, mean_context)])
+
+    # ----- memory ------------------------------------------------------------------------
+    def bytes_per_block(self, block_size: int) -> int:
+        """KV bytes of one block across all layers, summed over the tp GPUs."""
+        return block_size * self._kv_per_token
+
+    def kv_blocks(self, block_size: int) -> int:
+        """Device KV blocks that fit beside the weights: (memory * tp - weights) * utilization."""
+        if block_size <= 0:
+            raise ValueError(f"block_size must be positive, got {block_size}")
+        free = self.gpu.memory_bytes * self.model.tensor_parallel - self.model.weight_bytes
+        blocks = int(free * self.kv_utilization // self.bytes_per_block(block_size))
+        if blocks < 1:
+            raise ValueError(f"model: {self.model.name} does not fit on "
+                             f"{self.model.tensor_parallel} x {self.gpu.name}")
+        return blocks
+
+    def host_blocks(self, block_size: int) -> int:
+        """Host (swap) blocks that fit in the preset's host memory."""
+        return int(self.gpu.host_memory_bytes // self.bytes_per_block(block_size))
+
+    def swap_seconds(self, num_blocks: int, bytes_per_block: int) -> float:
+        """One bulk transfer of `num_blocks` blocks over the host link (0 for none). With tp
+        GPUs each moves its shard over its own link, in parallel."""
+        if num_blocks <= 0:
+            return 0.0
+        link = self.gpu.host_link_bandwidth * self.model.tensor_parallel
+        return num_blocks * bytes_per_block / link + self.gpu.per_transfer_latency
+
+    @property
+    def prefill_tokens_per_second(self) -> float:
+        """Tokens per second of a large (2,048-token) prefill: the recompute rate."""
+        n = 2048
+        return n / self.step_seconds([(n, n)])
+
+
+def chunk_shapes(chunks: Sequence) -> list[tuple[int, int]]:
+    """`(num_new_tokens, context_len)` of a plan's `ScheduledChunk`s."""
+    return [(c.num_tokens, c.start + c.num_tokens) for c in chunks]

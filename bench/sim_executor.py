@@ -1,0 +1,79 @@
+"""The simulator's executor: runs a plan in virtual time, with a cost model for its duration.
+
+It honours the engine's executor contract (`engine/executor.py`): a token for every chunk that
+samples, None otherwise, and the time its swap copies took. Instead of computing anything it
+advances the shared `VirtualClock` by the step's modelled duration, so the engine (which
+measures a step as `clock() - plan.created_at`) charges exactly that as service.
+"""
+
+from __future__ import annotations
+
+from engine.executor import StepResult
+from scheduler.plan import SchedulePlan
+
+from bench.cost_model import CostModel
+
+SIM_TOKEN_ID = 100  # every made-up token (calls run with ignore_eos, so it never stops one)
+
+
+class VirtualClock:
+    """Simulated time in seconds. Callable (the engine's clock); only moves forward."""
+
+    def __init__(self, start: float = 0.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        if seconds < 0:
+            raise ValueError(f"seconds must be >= 0, got {seconds}")
+        self.now += seconds
+
+    def jump_to(self, t: float) -> None:
+        """Move to `t` if it is later (never back)."""
+        if t > self.now:
+            self.now = t
+
+
+class SimulatedExecutor:
+    """Executes plans by advancing `clock` by `cost_model`'s step time plus the swap time.
+
+    Swaps: each non-empty direction (out, then in) is one bulk transfer costing
+    `cost_model.swap_seconds(len(pairs), bytes_per_block)`; they add to the step time and are
+    reported as `swap_seconds`. Counters (`num_steps`, `num_swap_transfers`, `busy_seconds`,
+    `swap_seconds_total`) are read by the driver.
+    """
+
+    def __init__(self, cost_model: CostModel, clock: VirtualClock, block_size: int = 16) -> None:
+        self.cost_model = cost_model
+        self.clock = clock
+        self.bytes_per_block = cost_model.bytes_per_block(block_size)
+        self.num_steps = 0
+        self.num_swap_transfers = 0
+        self.busy_seconds = 0.0
+        self.swap_seconds_total = 0.0
+
+    def execute(self, plan: SchedulePlan) -> StepResult:
+        swap = 0.0
+        for pairs in (plan.swap_out, plan.swap_in):
+            if pairs:
+                swap += self.cost_model.swap_seconds(len(pairs), self.bytes_per_block)
+                self.num_swap_transfers += 1
+        new = pairs_total = kv_tokens = 0
+        tokens: list[int | None] = []
+        for chunk in plan.chunks:
+            n = chunk.num_tokens
+            context = chunk.start + n
+            new += n
+            pairs_total += n * context - n * (n - 1) // 2
+            kv_tokens += context
+            tokens.append(SIM_TOKEN_ID if chunk.samples else None)
+        seconds = swap + self.cost_model.step_seconds_from_totals(
+            new, pairs_total, kv_tokens, new_round=not plan.is_continuation)
+        if not plan.is_empty:
+            self.num_steps += 1
+        self.busy_seconds += seconds
+        self.swap_seconds_total += swap
+        self.clock.advance(seconds)
+        return StepResult(tokens, swap)

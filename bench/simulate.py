@@ -1,0 +1,271 @@
+"""Replay a trace through the real engine with the simulated executor, in virtual time.
+
+The engine, scheduler, KV cache manager, swap accounting and multistep are the real code; only
+the executor is simulated (`bench.sim_executor`), so a schedule found here is one the engine would
+make. The driver owns the programs: a program starts at its arrival, a call is added once all
+its parents have finished and its `delay` has passed since the last of them (a root call: since
+the program's arrival), and the program ends when its last call finishes. When the engine has
+nothing to run the clock jumps to the next event instead of stepping.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.config import EngineConfig
+from engine.llm_engine import LLMEngine
+from engine.sampling_params import SamplingParams
+from scheduler.policy import POLICIES
+
+from bench.cost_model import CostModel, ModelPreset
+from bench.sim_executor import SimulatedExecutor, VirtualClock
+from bench.trace import Trace, TraceCall, TraceProgram
+
+BLOCK_SIZE = 16
+
+# Named configurations; each is a set of EngineConfig fields on top of `_COMMON`.
+BASELINES: dict[str, dict[str, Any]] = {
+    "vllm": dict(policy="fcfs", preemption_mode="recompute", enable_chunked_prefill=False,
+                 enable_prefix_caching=False, multistep=1),
+    "optimized": dict(policy="fcfs", preemption_mode="recompute", enable_chunked_prefill=True,
+                      enable_prefix_caching=True, multistep=4),
+    # Same engine features as `optimized`, so a difference to it is the scheduling alone.
+    **{name: dict(policy=name, preemption_mode="auto", enable_chunked_prefill=True,
+                  enable_prefix_caching=True, multistep=4)
+       for name in ("mlfq", "las", "plas", "atlas", "oracle")},
+}
+
+_COMMON: dict[str, Any] = dict(block_size=BLOCK_SIZE, max_num_seqs=256,
+                               max_num_batched_tokens=8192, service_mode="time", dtype="bfloat16")
+
+_FIRST_TOKEN = 100  # made-up prompt ids start here (clear of special tokens)
+
+
+@dataclass(frozen=True)
+class ProgramResult:
+    """One program's outcome; times are virtual seconds. `finish` is when its last call
+    finished (for a parallel program, the end of its critical path)."""
+
+    program_id: str
+    workload: str
+    arrival: float
+    finish: float
+    generated_tokens: int
+    num_calls: int
+
+
+@dataclass
+class SimResult:
+    policy: str
+    preset: str
+    model: str
+    programs: list[ProgramResult]
+    call_finish: dict[str, float] = field(default_factory=dict)  # "program/call" -> time
+    call_start: dict[str, float] = field(default_factory=dict)  # when it was added
+    num_steps: int = 0
+    num_rounds: int = 0
+    num_preemptions: int = 0
+    num_swap_outs: int = 0
+    num_swap_transfers: int = 0
+    swap_seconds: float = 0.0
+    busy_seconds: float = 0.0
+    end_time: float = 0.0
+    wall_seconds: float = 0.0
+    num_kv_blocks: int = 0
+
+    @property
+    def finish_order(self) -> list[str]:
+        """Program ids by finish time (ties by id)."""
+        return [p.program_id for p in sorted(self.programs, key=lambda p: (p.finish, p.program_id))]
+
+
+def engine_config_for(policy: str, engine_overrides: dict[str, Any] | None = None,
+                      **fields: Any) -> dict[str, Any]:
+    """The EngineConfig fields of a baseline (or a bare scheduler policy name)."""
+    if policy in BASELINES:
+        base = BASELINES[policy]
+    elif policy in POLICIES:
+        base = dict(policy=policy, enable_chunked_prefill=True, preemption_mode="auto")
+    else:
+        raise ValueError(f"policy must be one of {sorted(set(BASELINES) | set(POLICIES))}, "
+                         f"got {policy!r}")
+    config = {**_COMMON, **base, **fields, **(engine_overrides or {})}
+    unknown = set(config) - EngineConfig.field_names()
+    if unknown:
+        raise ValueError(f"engine_overrides: unknown field(s) {sorted(unknown)}")
+    return config
+
+
+def model_dir_for(model: ModelPreset) -> Path:
+    """A directory with only the preset's `config.json` (no weights: the executor is injected)."""
+    path = Path(tempfile.gettempdir()) / "agentix-sim-models" / model.name
+    path.mkdir(parents=True, exist_ok=True)
+    config_file = path / "config.json"
+    text = json.dumps(model.hf_config(), indent=1, sort_keys=True)
+    if not config_file.is_file() or config_file.read_text() != text:
+        tmp = path / f"config.json.{id(text)}.tmp"
+        tmp.write_text(text)
+        tmp.replace(config_file)
+    return path
+
+
+class _PromptMaker:
+    """Made-up prompt ids: each program has its own token stream and a call's prompt is the
+    stream's first `prompt_len` ids, so calls of one program share prefixes (as agent history
+    does) while different programs share none."""
+
+    def __init__(self, vocab: int) -> None:
+        self.span = min(vocab - _FIRST_TOKEN, 100_000)
+        self._ring = list(range(_FIRST_TOKEN, _FIRST_TOKEN + self.span)) * 2
+
+    def prompt(self, program_index: int, call: TraceCall) -> list[int]:
+        if call.prompt_token_ids is not None:
+            return list(call.prompt_token_ids)
+        offset = (program_index * 7919) % self.span
+        if call.prompt_len <= self.span:
+            return self._ring[offset:offset + call.prompt_len]
+        return [_FIRST_TOKEN + (offset + i) % self.span for i in range(call.prompt_len)]
+
+
+@dataclass
+class _Program:
+    index: int
+    trace: TraceProgram
+    engine_id: str = ""
+    pending_parents: dict[str, int] = field(default_factory=dict)
+    children: dict[str, list[TraceCall]] = field(default_factory=dict)
+    calls_left: int = 0
+    generated: int = 0
+
+
+def simulate(trace: Trace, policy: str, preset: str = "a100-80g", model: str = "llama-3.1-8b",
+             engine_overrides: dict[str, Any] | None = None,
+             cost_model: CostModel | None = None) -> SimResult:
+    """Run `trace` under the named baseline `policy` (see BASELINES; a bare scheduler policy
+    name also works) on `model` x `preset`, or on an explicit `cost_model` (tests). Raises
+    RuntimeError if the engine gets stuck, and KVCacheIntegrityError-like errors if the engine
+    is not clean at the end."""
+    wall_start = time.perf_counter()
+    cost = cost_model or CostModel.from_names(preset, model)
+    block_size = (engine_overrides or {}).get("block_size", BLOCK_SIZE)
+    fields: dict[str, Any] = dict(
+        num_kv_blocks=cost.kv_blocks(block_size), num_host_blocks=cost.host_blocks(block_size),
+        host_link_bandwidth=cost.gpu.host_link_bandwidth * cost.model.tensor_parallel,
+        swap_latency=cost.gpu.per_transfer_latency,
+        prefill_tokens_per_second=cost.prefill_tokens_per_second)
+    config = engine_config_for(policy, engine_overrides, **fields)
+    if not config["enable_chunked_prefill"]:
+        # vLLM without chunked prefill batches up to the longest prompt in one step.
+        longest = max((c.prompt_len for p in trace.programs for c in p.calls), default=1)
+        config["max_num_batched_tokens"] = max(config["max_num_batched_tokens"], longest)
+    clock = VirtualClock()
+    executor = SimulatedExecutor(cost, clock, config["block_size"])
+    engine = LLMEngine(EngineConfig(model=str(model_dir_for(cost.model)), **config),
+                       executor=executor, clock=clock)
+    driver = _Driver(engine, clock, cost, _PromptMaker(cost.model.vocab),
+                     use_oracle=config["policy"] == "oracle")
+    driver.run(trace)
+    engine.check_integrity()
+    scheduler = engine.scheduler
+    return SimResult(
+        policy=policy, preset=cost.gpu.name, model=cost.model.name, programs=driver.results,
+        call_finish=driver.call_finish, call_start=driver.call_start,
+        num_steps=executor.num_steps, num_rounds=scheduler.num_rounds,
+        num_preemptions=scheduler.num_preemptions, num_swap_outs=scheduler.num_swap_outs,
+        num_swap_transfers=executor.num_swap_transfers, swap_seconds=executor.swap_seconds_total,
+        busy_seconds=executor.busy_seconds, end_time=clock(),
+        wall_seconds=time.perf_counter() - wall_start, num_kv_blocks=config["num_kv_blocks"])
+
+
+class _Driver:
+    """The event loop: arrivals and ready calls in a heap keyed by virtual time."""
+
+    def __init__(self, engine: LLMEngine, clock: VirtualClock, cost: CostModel,
+                 prompts: _PromptMaker, use_oracle: bool) -> None:
+        self.engine, self.clock, self.cost, self.prompts = engine, clock, cost, prompts
+        self.use_oracle = use_oracle
+        self.events: list[tuple[float, int, _Program, TraceCall | None]] = []
+        self.seq = itertools.count()
+        self.by_call_id: dict[str, tuple[_Program, TraceCall]] = {}
+        self.results: list[ProgramResult] = []
+        self.call_finish: dict[str, float] = {}
+        self.call_start: dict[str, float] = {}
+        self.params: dict[int, SamplingParams] = {}
+
+    def run(self, trace: Trace) -> None:
+        for index, program in enumerate(trace.programs):
+            self._push(program.arrival, _Program(index, program), None)
+        engine, clock, events = self.engine, self.clock, self.events
+        while True:
+            while events and events[0][0] <= clock.now:
+                _, _, program, call = heapq.heappop(events)
+                if call is None:
+                    self._start(program)
+                else:
+                    self._add(program, call)
+            if engine.has_unfinished_calls():
+                steps_before = self.engine.executor.num_steps
+                for out in engine.step():
+                    if out.finished:
+                        self._finished(out.call_id)
+                if self.engine.executor.num_steps == steps_before:  # nothing could run
+                    if not events:
+                        raise RuntimeError(f"simulation stuck at t={clock.now:.3f}: calls wait "
+                                           "but nothing can run")
+                    clock.jump_to(events[0][0])
+            elif events:
+                clock.jump_to(events[0][0])
+            else:
+                return
+
+    def _push(self, t: float, program: _Program, call: TraceCall | None) -> None:
+        heapq.heappush(self.events, (t, next(self.seq), program, call))
+
+    def _start(self, program: _Program) -> None:
+        calls = program.trace.calls
+        oracle = (sum(self.cost.call_seconds(c.prompt_len, c.output_len) for c in calls)
+                  if self.use_oracle else None)
+        program.engine_id = self.engine.start_program(program.trace.program_id,
+                                                      oracle_work=oracle)
+        program.calls_left = len(calls)
+        for call in calls:
+            program.pending_parents[call.call_id] = len(call.parents)
+            for parent in call.parents:
+                program.children.setdefault(parent, []).append(call)
+            if not call.parents:
+                self._push(program.trace.arrival + call.delay, program, call)
+
+    def _add(self, program: _Program, call: TraceCall) -> None:
+        key = f"{program.trace.program_id}/{call.call_id}"
+        params = self.params.get(call.output_len)
+        if params is None:
+            params = self.params[call.output_len] = SamplingParams(max_tokens=call.output_len,
+                                                                   ignore_eos=True)
+        self.engine.add_call(program.engine_id, self.prompts.prompt(program.index, call), params,
+                             call_id=key)
+        self.by_call_id[key] = (program, call)
+        self.call_start[key] = self.clock.now
+
+    def _finished(self, call_id: str) -> None:
+        now = self.clock.now
+        completion = self.engine.pop_completion(call_id)
+        program, call = self.by_call_id.pop(call_id)
+        self.call_finish[call_id] = now
+        program.generated += len(completion.token_ids)
+        program.calls_left -= 1
+        for child in program.children.get(call.call_id, ()):
+            program.pending_parents[child.call_id] -= 1
+            if program.pending_parents[child.call_id] == 0:
+                self._push(now + child.delay, program, child)
+        if program.calls_left == 0:
+            self.engine.end_program(program.engine_id)
+            trace = program.trace
+            self.results.append(ProgramResult(trace.program_id, trace.workload, trace.arrival,
+                                              now, program.generated, len(trace.calls)))

@@ -1,0 +1,213 @@
+import pytest
+
+from bench.cost_model import CostModel, gpu_preset, model_preset
+from bench.simulate import BASELINES, simulate
+from bench.sim_executor import SIM_TOKEN_ID, SimulatedExecutor, VirtualClock
+from bench.trace import Trace, TraceCall, TraceProgram
+from bench.workloads import lats
+from scheduler.plan import ScheduledChunk, SchedulePlan
+
+
+class UnitStepCost(CostModel):
+    """Every non-empty step costs exactly 1 s, whatever it runs; swaps cost 0.25 s each."""
+
+    def __init__(self) -> None:
+        super().__init__(gpu_preset("a100-80g"), model_preset("llama-3.1-8b"))
+
+    def step_seconds_from_totals(self, new_tokens, pairs, kv_tokens, new_round=True):
+        return 1.0 if new_tokens else 0.0
+
+    def swap_seconds(self, num_blocks, bytes_per_block):
+        return 0.25 if num_blocks else 0.0
+
+
+def make_program(program_id, arrival, *calls):
+    return TraceProgram(program_id, arrival, tuple(calls), "test")
+
+
+def make_call(call_id, prompt_len=10, output_len=3, parents=(), delay=0.0):
+    return TraceCall(call_id, prompt_len, output_len, tuple(parents), delay)
+
+
+def run(trace, policy="vllm", **overrides):
+    return simulate(trace, policy, cost_model=UnitStepCost(), engine_overrides=overrides or None)
+
+
+def finish_times(result):
+    return {p.program_id: p.finish for p in result.programs}
+
+
+# ----- the executor -----------------------------------------------------------------------
+class FakeCall:
+    call_id = "c"
+
+
+def test_executor_advances_the_clock_and_charges_one_transfer_per_direction():
+    clock = VirtualClock(5.0)
+    executor = SimulatedExecutor(UnitStepCost(), clock)
+    plan = SchedulePlan(created_at=5.0, swap_out=[(1, 0), (2, 1), (3, 2)], swap_in=[(0, 4)])
+    plan.chunks = [ScheduledChunk(FakeCall(), 7, 1, [1], True),
+                   ScheduledChunk(FakeCall(), 0, 8, [2], False)]
+    result = executor.execute(plan)
+    assert result.tokens == [SIM_TOKEN_ID, None]
+    assert result.swap_seconds == 0.5
+    assert clock() == 6.5
+    assert executor.num_steps == 1 and executor.num_swap_transfers == 2
+
+
+def test_executor_uses_the_cost_model_for_real_presets():
+    cost = CostModel.from_names("a100-80g", "llama-3.1-8b")
+    clock = VirtualClock()
+    plan = SchedulePlan(created_at=0.0)
+    plan.chunks = [ScheduledChunk(FakeCall(), 99, 1, [1] * 7, True)]
+    SimulatedExecutor(cost, clock).execute(plan)
+    assert clock() == pytest.approx(cost.step_seconds([(1, 100)]))
+    assert clock() >= 8e-3
+
+
+# ----- hand-derived schedules -------------------------------------------------------------
+def test_two_one_call_programs_follow_the_hand_derived_schedule():
+    # A: prefill [0,1] (token 1), decodes [1,2], [2,3]: done at 3.
+    # B arrives at 0.5, is added after the step in flight, at t=1; it is batched with A's
+    # decode: prefill [1,2] (token 1), decodes [2,3], [3,4]: done at 4.
+    trace = Trace((make_program("A", 0.0, make_call("c", output_len=3)),
+                   make_program("B", 0.5, make_call("c", output_len=3))))
+    result = run(trace)
+    assert finish_times(result) == {"A": 3.0, "B": 4.0}
+    assert result.call_start == {"A/c": 0.0, "B/c": 1.0}
+    assert result.finish_order == ["A", "B"]
+    assert result.num_steps == 4 and result.end_time == 4.0
+    assert {p.program_id: p.generated_tokens for p in result.programs} == {"A": 3, "B": 3}
+
+
+def test_idle_engine_jumps_to_the_next_arrival():
+    trace = Trace((make_program("A", 0.0, make_call("c", output_len=2)),
+                   make_program("B", 10.25, make_call("c", output_len=2))))
+    result = run(trace)
+    assert finish_times(result) == {"A": 2.0, "B": 12.25}
+    assert result.num_steps == 4  # no idle steps between 2 and 10.25
+
+
+def test_dag_dependencies_and_delays_are_respected():
+    # c0 waits 1 s after arrival: [1,2], [2,3] -> done at 3.
+    # c2 (no delay) is added at 3: [3,4] -> done at 4. c1 (delay 2.5) is added at 5.5: done 6.5.
+    # c3 needs c1 and c2: added at 6.5, two steps -> done at 8.5.
+    program = make_program(
+        "P", 0.0,
+        make_call("c0", output_len=2, delay=1.0),
+        make_call("c1", output_len=1, parents=["c0"], delay=2.5),
+        make_call("c2", output_len=1, parents=["c0"]),
+        make_call("c3", output_len=2, parents=["c1", "c2"]))
+    result = run(Trace((program,)), policy="atlas")
+    assert result.call_start == {"P/c0": 1.0, "P/c2": 3.0, "P/c1": 5.5, "P/c3": 6.5}
+    assert result.call_finish == {"P/c0": 3.0, "P/c2": 4.0, "P/c1": 6.5, "P/c3": 8.5}
+    (record,) = result.programs
+    assert (record.arrival, record.finish, record.generated_tokens, record.num_calls) == \
+        (0.0, 8.5, 6, 4)
+
+
+def test_parallel_calls_run_together():
+    program = make_program("P", 0.0, make_call("root", output_len=1),
+                           *(make_call(f"b{i}", output_len=2, parents=["root"]) for i in range(3)))
+    result = run(Trace((program,)), policy="atlas")
+    assert result.call_finish == {"P/root": 1.0, "P/b0": 3.0, "P/b1": 3.0, "P/b2": 3.0}
+
+
+def crafted_trace():
+    """A long call, then a short one arriving while it runs, with room for one call at once."""
+    return Trace((make_program("long", 0.0, make_call("c", output_len=30)),
+                  make_program("short", 0.5, make_call("c", output_len=5))))
+
+
+def test_fcfs_runs_the_long_program_first():
+    result = run(crafted_trace(), "vllm", max_num_seqs=1)
+    # long: [0,30]; short waits until then: prefill [30,31], decodes until 35.
+    assert finish_times(result) == {"long": 30.0, "short": 35.0}
+    assert result.finish_order == ["long", "short"]
+
+
+@pytest.mark.parametrize("policy", ["plas", "atlas", "las", "mlfq"])
+def test_service_based_policies_let_the_short_program_overtake(policy):
+    result = run(crafted_trace(), policy, max_num_seqs=1, quantum_base=2.0)
+    assert result.finish_order == ["short", "long"]
+    assert result.num_preemptions >= 1
+    # Far ahead of its FCFS finish (35); it may wait for a multistep round (4 steps) to end.
+    assert finish_times(result)["short"] < 12
+
+
+def test_oracle_serves_the_least_remaining_work_first():
+    # The oracle orders one queue (no priority preemption): while "first" runs, "long" and
+    # then "short" queue up; FCFS takes them in arrival order, the oracle takes "short" first.
+    trace = Trace((make_program("first", 0.0, make_call("c", output_len=3)),
+                   make_program("long", 0.25, make_call("c", output_len=30)),
+                   make_program("short", 0.5, make_call("c", output_len=5))))
+    fcfs = run(trace, "vllm", max_num_seqs=1)
+    oracle = run(trace, "oracle", max_num_seqs=1)
+    assert fcfs.finish_order == ["first", "long", "short"]
+    assert finish_times(fcfs) == {"first": 3.0, "long": 33.0, "short": 38.0}
+    assert oracle.finish_order == ["first", "short", "long"]
+    assert finish_times(oracle) == {"first": 3.0, "short": 8.0, "long": 38.0}
+
+
+# ----- bigger runs ------------------------------------------------------------------------
+@pytest.mark.parametrize("policy", sorted(BASELINES))
+def test_every_baseline_completes_a_small_lats_trace(policy):
+    trace = lats.generate(3, seed=1, rate=2.0)
+    result = simulate(trace, policy)
+    assert len(result.programs) == 3
+    calls = sum(len(p.calls) for p in trace.programs)
+    assert len(result.call_finish) == calls
+    tokens = {p.program_id: sum(c.output_len for c in p.calls) for p in trace.programs}
+    assert {p.program_id: p.generated_tokens for p in result.programs} == tokens
+    assert result.end_time > 0
+
+
+@pytest.mark.parametrize("mode", ["swap", "recompute"])
+def test_tight_memory_preempts_and_still_completes_cleanly(mode):
+    # 8 parallel calls of 100 + 60 tokens (10 blocks each) in 29 usable blocks: they grow
+    # into each other and some must be preempted. simulate() checks integrity at the end.
+    program = make_program("P", 0.0, *(make_call(f"b{i}", prompt_len=100, output_len=60)
+                                       for i in range(8)))
+    result = simulate(Trace((program,)), "atlas",
+                      engine_overrides=dict(num_kv_blocks=30, preemption_mode=mode))
+    (record,) = result.programs
+    assert record.generated_tokens == 8 * 60
+    assert result.num_preemptions > 0
+    if mode == "swap":
+        assert result.num_swap_outs > 0 and result.swap_seconds > 0
+    else:
+        assert result.num_swap_outs == 0 and result.swap_seconds == 0
+
+
+def test_bad_arguments_name_the_field():
+    trace = Trace((make_program("A", 0.0, make_call("c")),))
+    with pytest.raises(ValueError, match="policy"):
+        simulate(trace, "round-robin")
+    with pytest.raises(ValueError, match="engine_overrides"):
+        simulate(trace, "atlas", engine_overrides={"no_such_field": 1})
+    with pytest.raises(ValueError, match="preset"):
+        simulate(trace, "atlas", preset="v100")
+
+
+# ----- the command line -------------------------------------------------------------------
+def test_agentix_bench_sim_prints_one_json_object(capsys):
+    import json
+
+    from server.cli import main
+
+    main(["bench", "sim", "--workload", "lats", "--policy", "atlas", "--rate", "1",
+          "--programs", "2", "--seed", "0", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["programs_completed"] == 2
+    for key in ("mean_norm_latency", "p50_norm_latency", "p95_norm_latency",
+                "p99_norm_latency", "throughput_tokens_per_s", "makespan_s"):
+        assert out[key] > 0
+    assert out["p50_norm_latency"] <= out["p95_norm_latency"] <= out["p99_norm_latency"]
+
+
+def test_agentix_bench_sim_rejects_bad_arguments(capsys):
+    from bench.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["sim", "--workload", "lats", "--rate", "0"])
+    assert "--rate" in capsys.readouterr().err
