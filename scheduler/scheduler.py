@@ -30,6 +30,7 @@ TOKEN_MODE_QUANTUM = 256.0
 @dataclass
 class _Round:
     budget: int
+    unvisited_running: int  # running calls the walk has not reached: 1 token kept for each
     scheduled: set[str] = field(default_factory=set)
     preempted: set[str] = field(default_factory=set)
     priority_preemptions: int = 0
@@ -182,7 +183,7 @@ class Scheduler:
         if self.config.anti_starvation and self.policy.uses_levels:
             self._promote_starved(now)
         plan = SchedulePlan(created_at=now)
-        rnd = _Round(budget=self.config.max_num_batched_tokens)
+        rnd = _Round(self.config.max_num_batched_tokens, unvisited_running=len(self.running))
         admitting = True
         for level in range(self.num_levels):
             for call_id in self.running.snapshot(level):
@@ -212,6 +213,7 @@ class Scheduler:
                                           start + n == num_tokens))
         rnd.scheduled.add(call_id)
         rnd.budget -= n
+        rnd.unvisited_running -= 1
 
     def _admit_level(self, level: int, plan: SchedulePlan, rnd: _Round, now: float) -> bool:
         """Admit queued calls of one level in order (without copying the level); False once
@@ -235,10 +237,14 @@ class Scheduler:
             call.num_cached_tokens = self.kv.match_prefix(call.call_id, call.all_token_ids)
             call.num_computed_tokens = call.num_cached_tokens
         remaining = call.num_tokens - call.num_computed_tokens
-        if remaining > rnd.budget and not swapped and not self.config.enable_chunked_prefill:
+        # Running calls of lower queues still get their next token: admissions never take
+        # the budget they need (otherwise long prefills would stall every decode).
+        budget = rnd.budget - rnd.unvisited_running
+        if budget <= 0 or (remaining > budget and not swapped
+                           and not self.config.enable_chunked_prefill):
             self._release_waiting(call)
             return False
-        n = min(remaining, rnd.budget)
+        n = min(remaining, budget)
         while len(self.running) >= self.config.max_num_seqs or not self._reserve(call, n, plan):
             victim = self._priority_victim(level, rnd)
             if victim is None:
@@ -306,6 +312,8 @@ class Scheduler:
                  now: float) -> None:
         """Evict a running call: bulk-swap its KV to host, or drop it for recompute."""
         self.running.remove(call.call_id)
+        if call.call_id not in rnd.scheduled:
+            rnd.unvisited_running -= 1
         call.num_preemptions += 1
         self.num_preemptions += 1
         plan.preempted.append(call.call_id)

@@ -124,3 +124,17 @@ def test_multistep_releases_a_finished_call_mid_round():
     assert sim.kv.block_table("short") == []
     plan = sim.step()
     assert plan.is_continuation and [c.call.call_id for c in plan.chunks] == ["long"]
+
+
+def test_admissions_leave_a_token_for_every_running_call_of_lower_queues():
+    sim = Sim("plas", block_size=4, num_blocks=100, max_num_seqs=8, max_num_batched_tokens=16,
+              **LEVELS)
+    sim.start("low")
+    sim.scheduler.table.get("low").service = 100.0  # bottom queue
+    sim.call("low", "low", prompt_len=8, output_len=20)
+    sim.step()
+    sim.start("high")
+    sim.call("high", "high", prompt_len=20, output_len=4)  # top queue, more than the budget
+    plan = sim.step()
+    assert {c.call.call_id: c.num_tokens for c in plan.chunks} == {"high": 15, "low": 1}
+    assert plan.preempted == []
