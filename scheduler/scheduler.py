@@ -232,16 +232,17 @@ class Scheduler:
     def _admit(self, call: SchedulableCall, level: int, plan: SchedulePlan, rnd: _Round,
                now: float) -> bool:
         """Start a queued call (swap-in or prefill), preempting lower levels if allowed."""
+        # Running calls of lower queues still get their next token: admissions never take
+        # the budget they need (otherwise long prefills would stall every decode).
+        budget = rnd.budget - rnd.unvisited_running
+        if budget <= 0:
+            return False
         swapped = call.status is CallStatus.SWAPPED
         if not swapped and call.num_computed_tokens == 0:
             call.num_cached_tokens = self.kv.match_prefix(call.call_id, call.all_token_ids)
             call.num_computed_tokens = call.num_cached_tokens
         remaining = call.num_tokens - call.num_computed_tokens
-        # Running calls of lower queues still get their next token: admissions never take
-        # the budget they need (otherwise long prefills would stall every decode).
-        budget = rnd.budget - rnd.unvisited_running
-        if budget <= 0 or (remaining > budget and not swapped
-                           and not self.config.enable_chunked_prefill):
+        if remaining > budget and not swapped and not self.config.enable_chunked_prefill:
             self._release_waiting(call)
             return False
         n = min(remaining, budget)

@@ -3,7 +3,7 @@ finishes or is aborted, no block leaks, no process-table record outlives its pro
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from harness import Sim
@@ -27,8 +27,25 @@ scenario = st.fixed_dictionaries({
 })
 
 
+# Found by this test: a swapped call met an exhausted step budget and lost its host blocks.
+SWAPPED_CALL_AT_EXHAUSTED_BUDGET = {
+    "policy": "atlas", "mode": "swap", "num_blocks": 8, "max_num_seqs": 3, "budget": 6,
+    "multistep": 1,
+    "programs": [
+        {"arrival": 5, "calls": [[(1, 7)], [(1, 4), (9, 5), (7, 4)]], "abort_at": None,
+         "end_early_at": 17},
+        {"arrival": 18, "calls": [[(1, 4), (5, 3), (6, 2)]], "abort_at": None,
+         "end_early_at": None},
+        {"arrival": 0, "calls": [[(1, 12)], [(7, 7), (1, 5)]], "abort_at": None,
+         "end_early_at": None},
+        {"arrival": 18, "calls": [[(1, 2), (1, 6)]], "abort_at": None, "end_early_at": None},
+    ],
+}
+
+
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenario)
+@example(SWAPPED_CALL_AT_EXHAUSTED_BUDGET)
 def test_random_programs_never_leak(s):
     sim = Sim(s["policy"], num_blocks=s["num_blocks"], block_size=4, num_host_blocks=12,
               max_num_seqs=s["max_num_seqs"], max_num_batched_tokens=s["budget"],
