@@ -8,8 +8,8 @@ from typing import Any, Sequence
 import torch
 
 from bench.measure import peak_rss_mb
+from bench.sharegpt import Request
 
-Request = tuple[Sequence[int], int]  # (prompt token ids, output length)
 
 
 def run_agentix(model_dir: str, requests: Sequence[Request], config: dict[str, Any]

@@ -17,8 +17,8 @@ from typing import Any, Sequence
 import torch
 
 from bench.measure import peak_rss_mb
+from bench.sharegpt import Request
 
-Request = tuple[Sequence[int], int]  # (prompt token ids, output length)
 
 
 def run_hf_generate(
