@@ -40,10 +40,10 @@ class Call:
 
     def __post_init__(self) -> None:
         self.all_token_ids = list(self.prompt_token_ids)
-
-    @property
-    def num_prompt_tokens(self) -> int:
-        return len(self.prompt_token_ids)
+        # Fixed at creation (read once per step on the hot path): the prompt never changes.
+        self.num_prompt_tokens = len(self.prompt_token_ids)
+        self._token_limit = min(self.num_prompt_tokens + self.params.max_tokens,
+                                self.max_model_len)
 
     @property
     def num_tokens(self) -> int:
@@ -59,8 +59,8 @@ class Call:
 
     @property
     def num_remaining_tokens(self) -> int:
-        return min(self.params.max_tokens - self.num_output_tokens,
-                   self.max_model_len - self.num_tokens)
+        """Tokens it may still generate: up to `max_tokens` and the model's context."""
+        return self._token_limit - len(self.all_token_ids)
 
     @property
     def is_finished(self) -> bool:

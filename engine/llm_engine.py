@@ -135,8 +135,11 @@ class LLMEngine:
             token_ids = list(prompt)
         if not token_ids:
             raise ValueError("prompt: must not be empty")
-        bad = [t for t in token_ids if not isinstance(t, int) or not 0 <= t < self.vocab_size]
-        if bad:
+        # One pass in C for the common case; the per-token scan only to name a bad id.
+        if set(map(type, token_ids)) - {int, bool} or min(token_ids) < 0 \
+                or max(token_ids) >= self.vocab_size:
+            bad = [t for t in token_ids
+                   if not isinstance(t, int) or not 0 <= t < self.vocab_size]
             raise ValueError(f"prompt_token_ids: {bad[0]!r} is outside the vocabulary "
                              f"[0, {self.vocab_size})")
         if len(token_ids) >= self.max_model_len:

@@ -144,6 +144,8 @@ class KVCacheManager:
         if state is None or state.swapped:
             raise ValueError(f"call_id {call_id!r} has no device blocks")
         num_full = num_computed_tokens // self.block_size
+        if num_full <= state.num_registered:  # the common case: no block filled since
+            return
         if num_full > len(state.device):
             raise KVCacheIntegrityError(
                 f"block table of {call_id!r}: {num_full} computed blocks but "
@@ -153,7 +155,7 @@ class KVCacheManager:
         size = self.block_size
         for i in range(state.num_registered, num_full):
             self.pool.register(state.device[i], hashes[i], token_ids[i * size:(i + 1) * size])
-        state.num_registered = max(state.num_registered, num_full)
+        state.num_registered = num_full
 
     def free(self, call_id: Hashable) -> None:
         """Release the call's device blocks (last first) or host blocks and forget the call.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import math
 import random
 from dataclasses import dataclass
@@ -11,12 +13,13 @@ from bench.trace import Trace, TraceProgram, poisson_arrivals
 
 
 def load_tokenizer() -> Any:
-    """The SmolLM2 tokenizer (converted from the packaged GGUF on first use)."""
+    """The SmolLM2 tokenizer (converted from the packaged GGUF on first use). It only counts
+    tokens here, so texts longer than the model's context are fine (no length warning)."""
     from transformers import AutoTokenizer
 
     from engine.models.smollm2 import ensure_smollm2_dir
 
-    return AutoTokenizer.from_pretrained(ensure_smollm2_dir())
+    return AutoTokenizer.from_pretrained(ensure_smollm2_dir(), model_max_length=sys.maxsize)
 
 
 def token_counts(tokenizer: Any, texts: Sequence[str]) -> list[int]:
