@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-
 import math
 import random
+import sys
 from dataclasses import dataclass
 from typing import Any, Sequence
 
