@@ -3,9 +3,9 @@
 For each rate the trace is generated once (same seed, so the same programs; only the arrival
 times scale with the rate) and replayed under every policy, so the policies see identical input.
 
-A policy's *capacity* is the highest swept rate at which its mean normalized latency stays within
-a latency target, all lower swept rates meeting it too. The target is fixed per workload and
-preset: `TARGET_FACTOR` times the mean normalized latency of the `vllm` baseline on that workload
+A policy's *capacity* is the arrival rate at which its mean normalized latency reaches a latency
+target: interpolated between the last swept rate that meets it and the first that misses. The
+target is fixed per workload and preset: `TARGET_FACTOR` times the mean normalized latency of the `vllm` baseline on that workload
 at `UNLOADED_RATE` (programs arrive so rarely that they barely overlap), so it does not depend on
 the rates swept or on the policies compared.
 """
@@ -106,16 +106,28 @@ def _meets(point: SweepPoint, target: float) -> bool:
 
 
 def capacity(points: Iterable[SweepPoint], policy: str, target: float) -> float | None:
-    """The highest swept rate at which `policy` meets `target` (mean normalized latency <= target
-    and every program completed) with every lower swept rate meeting it too; None if the lowest
-    swept rate fails or the policy was not swept."""
+    """The arrival rate at which `policy`'s mean normalized latency reaches `target`.
+
+    Walks the swept rates upwards while each meets the target (mean <= target and every
+    program completed). At the first rate that misses it, the crossing is interpolated
+    linearly in log(rate) against log(latency) from the last meeting rate (no interpolation
+    towards a run that did not complete: the last meeting rate is returned). All swept rates
+    meeting: the highest. None if the lowest swept rate misses or the policy was not swept."""
     own = sorted((p for p in points if p.policy == policy), key=lambda p: p.rate)
-    best: float | None = None
+    best: SweepPoint | None = None
     for point in own:
-        if not _meets(point, target):
-            break
-        best = point.rate
-    return best
+        if _meets(point, target):
+            best = point
+            continue
+        if best is None:
+            return None
+        if point.programs_completed < point.num_programs or \
+                not point.mean_norm_latency > best.mean_norm_latency > 0:
+            return best.rate
+        fraction = (math.log(target / best.mean_norm_latency)
+                    / math.log(point.mean_norm_latency / best.mean_norm_latency))
+        return best.rate * (point.rate / best.rate) ** fraction
+    return best.rate if best else None
 
 
 def _policies(points: Sequence[SweepPoint]) -> list[str]:
@@ -126,37 +138,43 @@ def _rates(points: Sequence[SweepPoint]) -> list[float]:
     return sorted({p.rate for p in points})
 
 
-def _ratio(a: float | None, b: float | None) -> str:
-    if a is None or b is None:
+def _ratio(a: float | None, b: float | None, b_floor: float) -> str:
+    """`a / b`; when `b` missed the target at every swept rate (None), a lower bound
+    `> a / b_floor` with `b_floor` its lowest swept rate."""
+    if a is None:
         return "-"
+    if b is None:
+        return f"> {a / b_floor:.2f}x"
     return f"{a / b:.2f}x"
 
 
 def capacity_table(points: Sequence[SweepPoint], target: float) -> str:
-    """Markdown: each policy's capacity and its ratio to vllm, optimized and mlfq (where those
-    were swept), then oracle's capacity over atlas's. A capacity marked `*` is the highest rate
-    swept (the true capacity may be higher, so ratios involving it are bounds)."""
+    """Markdown: each policy's capacity (interpolated, see `capacity`) and its ratio to vllm,
+    optimized and mlfq (where those were swept), then oracle's capacity over atlas's. A
+    capacity marked `*` is the highest rate swept (the true capacity may be higher, so ratios
+    involving it are bounds); `< r` means the lowest swept rate `r` already missed."""
     policies = _policies(points)
     top = max(p.rate for p in points) if points else None
     caps = {policy: capacity(points, policy, target) for policy in policies}
+    lowest = {policy: min(p.rate for p in points if p.policy == policy) for policy in policies}
     baselines = [b for b in RATIO_BASELINES if b in caps]
     header = ["policy", "capacity (programs/s)"] + [f"vs {b}" for b in baselines]
-    lines = [f"Capacity: highest rate with mean normalized latency <= {target:.4f} s/token",
-             "",
+    lines = [f"Capacity: arrival rate at which the mean normalized latency reaches "
+             f"{target:.4f} s/token", "",
              "| " + " | ".join(header) + " |",
              "|" + "|".join(" --- " for _ in header) + "|"]
     for policy in policies:
         cap = caps[policy]
         if cap is None:
-            cell = f"< {min(p.rate for p in points if p.policy == policy):g}"
+            cell = f"< {lowest[policy]:g}"
         else:
-            cell = f"{cap:g}" + ("*" if cap == top else "")
-        row = [policy, cell] + [_ratio(cap, caps[b]) for b in baselines]
+            cell = f"{cap:.3g}" + ("*" if cap == top else "")
+        row = [policy, cell] + [_ratio(cap, caps[b], lowest[b]) for b in baselines]
         lines.append("| " + " | ".join(row) + " |")
     lines.append("")
     if "oracle" in caps and "atlas" in caps:
         lines.append(f"Gap to the oracle (oracle capacity / atlas capacity): "
-                     f"{_ratio(caps['oracle'], caps['atlas'])}")
+                     f"{_ratio(caps['oracle'], caps['atlas'], lowest['atlas'])}")
     else:
         lines.append("Gap to the oracle: - (needs both oracle and atlas)")
     if any(cap is not None and cap == top for cap in caps.values()):

@@ -17,16 +17,19 @@ def point(policy, rate, mean, p95=None, p99=None, done=5, n=5, workload="lats"):
 
 
 # ----- capacity ----------------------------------------------------------------------------------
-def test_capacity_monotone():
+def test_capacity_interpolates_the_crossing_in_log_log():
     points = [point("atlas", r, m) for r, m in [(0.4, 0.5), (0.1, 0.01), (0.2, 0.05)]]
-    assert capacity(points, "atlas", 0.1) == 0.2
-    assert capacity(points, "atlas", 1.0) == 0.4
-    assert capacity(points, "atlas", 0.05) == 0.2  # equal to the target meets it
+    # 0.2 meets (0.05), 0.4 misses (0.5): log(0.1/0.05) / log(0.5/0.05) = log10(2) of the
+    # way from 0.2 to 0.4 in log(rate): 0.2 * 2 ** 0.30103 = 0.24640.
+    assert capacity(points, "atlas", 0.1) == pytest.approx(0.2464047, abs=1e-6)
+    assert capacity(points, "atlas", 1.0) == 0.4  # every rate meets: the highest
+    assert capacity(points, "atlas", 0.05) == pytest.approx(0.2)  # equal to the target meets
 
 
 def test_capacity_non_monotone_stops_at_the_first_failure():
     points = [point("las", 0.1, 0.01), point("las", 0.2, 0.5), point("las", 0.4, 0.02)]
-    assert capacity(points, "las", 0.1) == 0.1
+    # 0.1 * 2 ** (log(10) / log(50))
+    assert capacity(points, "las", 0.1) == pytest.approx(0.1503778, abs=1e-6)
 
 
 def test_capacity_none_when_the_lowest_rate_fails_or_policy_missing():
@@ -35,8 +38,8 @@ def test_capacity_none_when_the_lowest_rate_fails_or_policy_missing():
     assert capacity(points, "atlas", 0.1) is None
 
 
-def test_capacity_incomplete_run_fails_the_target():
-    points = [point("mlfq", 0.1, 0.01), point("mlfq", 0.2, 0.01, done=3)]
+def test_capacity_does_not_interpolate_towards_an_incomplete_run():
+    points = [point("mlfq", 0.1, 0.01), point("mlfq", 0.2, 0.5, done=3)]
     assert capacity(points, "mlfq", 0.1) == 0.1
 
 
@@ -53,10 +56,13 @@ def test_capacity_table_ratios_and_oracle_gap():
     text = capacity_table(sample_points(), target=0.1)
     lines = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
              for line in text.splitlines() if line.startswith("| ") and "policy" not in line}
-    assert lines["vllm"] == ["0.1", "1.00x", "0.50x", "0.50x"]
-    assert lines["optimized"] == ["0.2", "2.00x", "1.00x", "1.00x"]
-    assert lines["atlas"] == ["0.4*", "4.00x", "2.00x", "2.00x"]
-    assert lines["oracle"] == ["0.4*", "4.00x", "2.00x", "2.00x"]
+    # vllm crosses at 0.1 * 2 ** (log 10 / log 20) = 0.17036, optimized at 0.24640 and
+    # mlfq at 0.2 * 2 ** (log(0.1/0.03) / log(0.5/0.03)) = 0.26906; atlas never misses.
+    assert lines["vllm"] == ["0.17", "1.00x", "0.69x", "0.63x"]
+    assert lines["optimized"] == ["0.246", "1.45x", "1.00x", "0.92x"]
+    assert lines["mlfq"] == ["0.269", "1.58x", "1.09x", "1.00x"]
+    assert lines["atlas"] == ["0.4*", "2.35x", "1.62x", "1.49x"]
+    assert lines["oracle"] == ["0.4*", "2.35x", "1.62x", "1.49x"]
     assert "oracle capacity / atlas capacity): 1.00x" in text
     assert "may be higher" in text
 
@@ -66,10 +72,18 @@ def test_capacity_table_none_and_missing_baselines():
               point("las", 0.1, 0.01), point("las", 0.2, 0.5)]
     text = capacity_table(points, target=0.1)
     assert "| atlas | < 0.1 |" in text
-    assert "| las | 0.1 |" in text
+    assert "| las | 0.15 |" in text
     assert "vs vllm" not in text
     assert "needs both oracle and atlas" in text
     assert "may be higher" not in text
+
+
+def test_capacity_ratio_to_a_baseline_that_always_missed_is_a_lower_bound():
+    points = [point("vllm", 0.1, 0.5), point("vllm", 0.2, 0.9),
+              point("atlas", 0.1, 0.01), point("atlas", 0.2, 0.02)]
+    text = capacity_table(points, target=0.1)
+    assert "| vllm | < 0.1 | - |" in text
+    assert "| atlas | 0.2* | > 2.00x |" in text
 
 
 def test_latency_table_cells():
