@@ -8,7 +8,7 @@ finished call changes its program's service; batch formation is the same for all
 | mlfq | the queue whose quantum covers the call's first step (FastServe skip-join) | sum |
 | plas | the program's summed service | sum |
 | atlas | the program's critical path | max(service, start value + call service) |
-| oracle | one queue, ordered by the program's remaining work (told, not learnt) | sum |
+| oracle | the program's remaining work (told, not learnt); never demoted | sum |
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ class Policy:
     """Defaults are PLAS-like accounting; subclasses override what differs."""
 
     name = ""
-    uses_levels = True        # demotion by quanta, anti-starvation, priority preemption
+    uses_levels = True        # K queues and priority preemption between them
+    demotes = True            # a call drops a level when it uses up its quantum
+    guards_starvation = True  # anti-starvation promotion (when the config turns it on)
     skip_join = False         # enter by the first step's service (MLFQ)
 
     def start_value(self, program: ProgramRecord) -> float:
@@ -69,19 +71,28 @@ class ATLASPolicy(Policy):
 
 
 class OraclePolicy(Policy):
-    """Shortest remaining program work first; needs `ProgramRecord.oracle_work` (the
-    program's total service, told in advance). Programs without it go last."""
+    """Clairvoyant shortest-remaining-program-first: a call enters the level of its program's
+    remaining work (`ProgramRecord.oracle_work`, the program's total service told in advance,
+    less the service it has had; programs without it go last) and is ordered by it inside the
+    level. No demotion (running shortens the remaining work, it never lengthens it) and no
+    anti-starvation: it is the reference, not a fair policy. It preempts lower levels like
+    the other level policies."""
 
     name = "oracle"
-    uses_levels = False
+    demotes = False
+    guards_starvation = False
 
     def start_value(self, program: ProgramRecord) -> float:
-        return 0.0
+        return self._remaining(program)
 
     def order(self, program: ProgramRecord, call: CallRecord, seq: int) -> tuple:
+        return (self._remaining(program), seq)
+
+    @staticmethod
+    def _remaining(program: ProgramRecord) -> float:
         if program.oracle_work is None:
-            return (float("inf"), seq)
-        return (program.oracle_work - program.service, seq)
+            return float("inf")
+        return max(0.0, program.oracle_work - program.service)
 
 
 POLICIES = {p.name: p for p in (FCFSPolicy, LASPolicy, MLFQPolicy, PLASPolicy, ATLASPolicy,

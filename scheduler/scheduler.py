@@ -50,6 +50,8 @@ class Scheduler:
         self.policy = policy
         self.table = ProcessTable(config.program_ttl, config.tenant_halflife)
         self.num_levels = config.num_queues if policy.uses_levels else 1
+        self._guards_starvation = (config.anti_starvation and policy.uses_levels
+                                   and policy.guards_starvation)
         self.levels = self._levels(config.quantum_base or (
             TOKEN_MODE_QUANTUM if config.service_mode == "tokens" else PROVISIONAL_QUANTUM_SECONDS))
         self.running = LevelQueues(self.num_levels)
@@ -142,7 +144,7 @@ class Scheduler:
         record.total_service += service
         first_step = record.num_steps == 0
         record.num_steps += 1
-        if not self.policy.uses_levels:
+        if not (self.policy.uses_levels and self.policy.demotes):
             return
         level = record.queue
         if first_step and self.policy.skip_join:
@@ -180,7 +182,7 @@ class Scheduler:
             return self._continue_round(now)
         self.num_rounds += 1
         self.table.expire(now)
-        if self.config.anti_starvation and self.policy.uses_levels:
+        if self._guards_starvation:
             self._promote_starved(now)
         plan = SchedulePlan(created_at=now)
         rnd = _Round(self.config.max_num_batched_tokens, unvisited_running=len(self.running))
@@ -358,7 +360,7 @@ class Scheduler:
             record.waiting_since = None
 
     def _watch_starvation(self, record: CallRecord, program: ProgramRecord) -> None:
-        if self.config.anti_starvation and self.policy.uses_levels and record.queue > 0:
+        if self._guards_starvation and record.queue > 0:
             self.starvation.watch(record.call_id,
                                   crossing_time(program, record, self.config.starvation_beta))
 

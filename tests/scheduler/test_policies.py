@@ -126,6 +126,35 @@ def test_oracle_runs_the_shortest_remaining_program_first():
     assert sim.completed == ["small", "mid", "big"]
 
 
+def test_oracle_preempts_a_longer_program_and_never_demotes():
+    sim = Sim("oracle", **BASE)
+    sim.start("big")
+    sim.scheduler.table.get("big").oracle_work = 500.0  # level 5 (248 <= 500 < 504)
+    sim.call("big", "big", prompt_len=8, output_len=40)
+    for _ in range(20):
+        sim.step()
+    big = sim.scheduler.records["big"]
+    assert (big.queue, big.total_service) == (5, 27)  # running: prefill 8 + 19 decodes
+    sim.start("small")
+    sim.scheduler.table.get("small").oracle_work = 20.0  # level 1 (8 <= 20 < 24)
+    sim.call("small", "small")
+    sim.step()
+    assert sim.scheduler.calls["big"].num_preemptions == 1
+    sim.run()
+    assert sim.completed == ["small", "big"]
+
+
+def test_oracle_keeps_its_level_past_the_quantum():
+    sim = Sim("oracle", **BASE)
+    sim.start("p")
+    sim.scheduler.table.get("p").oracle_work = 10.0  # level 1: quantum 16
+    sim.call("p", "c", prompt_len=8, output_len=30)
+    for _ in range(25):
+        sim.step()
+    record = sim.scheduler.records["c"]
+    assert (record.queue, record.total_service) == (1, 32)
+
+
 def test_anti_starvation_promotes_exactly_when_the_ratio_crosses_beta():
     sim = Sim("plas", **{**BASE, "num_queues": 3, "starvation_beta": 0.3})
     sim.start("old")
