@@ -71,19 +71,24 @@ def sweep(workload: str, policies: Sequence[str], rates: Sequence[float], num_pr
             trace = generate_trace(workload, num_programs, seed, rate)
             for policy in policies:
                 bar.set_postfix_str(f"{policy} @ {rate:g}/s")
-                result = simulate(trace, policy, preset=preset, model=model)
-                m = compute_metrics(result.programs)
-                points.append(SweepPoint(
-                    workload=workload, policy=policy, rate=rate,
-                    num_programs=len(trace.programs), programs_completed=m.programs_completed,
-                    mean_norm_latency=m.mean_norm_latency, p95_norm_latency=m.p95_norm_latency,
-                    p99_norm_latency=m.p99_norm_latency,
-                    throughput_tokens_per_s=m.throughput_tokens_per_s, makespan_s=m.makespan_s,
-                    sim_wall_seconds=result.wall_seconds))
+                points.append(run_point(workload, trace, policy, rate, preset, model))
                 bar.update(1)
     finally:
         bar.close()
     return points
+
+
+def run_point(workload: str, trace: Trace, policy: str, rate: float,
+              preset: str = "a100-80g", model: str = "llama-3.1-8b") -> SweepPoint:
+    """Simulate `trace` (arriving at `rate`) under `policy` and summarize it."""
+    result = simulate(trace, policy, preset=preset, model=model)
+    m = compute_metrics(result.programs)
+    return SweepPoint(
+        workload=workload, policy=policy, rate=rate, num_programs=len(trace.programs),
+        programs_completed=m.programs_completed, mean_norm_latency=m.mean_norm_latency,
+        p95_norm_latency=m.p95_norm_latency, p99_norm_latency=m.p99_norm_latency,
+        throughput_tokens_per_s=m.throughput_tokens_per_s, makespan_s=m.makespan_s,
+        sim_wall_seconds=result.wall_seconds)
 
 
 def latency_target(workload: str, preset: str = "a100-80g", model: str = "llama-3.1-8b",
@@ -99,7 +104,8 @@ def latency_target(workload: str, preset: str = "a100-80g", model: str = "llama-
 
 
 # ----- capacity --------------------------------------------------------------------------------
-def _meets(point: SweepPoint, target: float) -> bool:
+def meets_target(point: SweepPoint, target: float) -> bool:
+    """Every program completed and the mean normalized latency within `target`."""
     return (point.programs_completed >= point.num_programs
             and not math.isnan(point.mean_norm_latency)
             and point.mean_norm_latency <= target)
@@ -116,7 +122,7 @@ def capacity(points: Iterable[SweepPoint], policy: str, target: float) -> float 
     own = sorted((p for p in points if p.policy == policy), key=lambda p: p.rate)
     best: SweepPoint | None = None
     for point in own:
-        if _meets(point, target):
+        if meets_target(point, target):
             best = point
             continue
         if best is None:
@@ -238,6 +244,12 @@ def write_outputs(points: Sequence[SweepPoint], target: float, out_dir: str | Pa
               f"{UNLOADED_RATE:g} programs/s)", "", latency_table(points), capacity_table(points, target)]
     md_path.write_text("\n".join(parts))
 
+    plot_latency(points, target, png_path, f"{workload}: latency against rate")
+    return md_path, png_path
+
+
+def plot_latency(points: Sequence[SweepPoint], target: float, path: Path, title: str) -> None:
+    """PNG: mean normalized latency against rate, one line per policy, log y, target dashed."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -254,11 +266,10 @@ def write_outputs(points: Sequence[SweepPoint], target: float, out_dir: str | Pa
         ax.set_yscale("log")
         ax.set_xlabel("arrival rate (programs/s)")
         ax.set_ylabel("mean normalized latency (s/token)")
-        ax.set_title(f"{workload}: latency against rate")
+        ax.set_title(title)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend()
         fig.tight_layout()
-        fig.savefig(png_path, dpi=120)
+        fig.savefig(path, dpi=120)
     finally:
         plt.close(fig)
-    return md_path, png_path
