@@ -22,6 +22,10 @@ class ProgramRecord(Protocol):
     generated_tokens: int
 
 
+class WorkloadRecord(ProgramRecord, Protocol):
+    workload: str
+
+
 @dataclass(frozen=True)
 class Metrics:
     programs_completed: int
@@ -73,3 +77,11 @@ def compute_metrics(records: Sequence[ProgramRecord]) -> Metrics:
         makespan_s=makespan,
         generated_tokens=tokens,
     )
+
+
+def metrics_by_workload(records: Sequence[WorkloadRecord]) -> dict[str, Metrics]:
+    """`compute_metrics` over each workload's programs, in first-seen order: which kind of program a policy helps or hurts inside a mixed run."""
+    groups: dict[str, list[ProgramRecord]] = {}
+    for record in records:
+        groups.setdefault(record.workload, []).append(record)
+    return {name: compute_metrics(group) for name, group in groups.items()}

@@ -2,7 +2,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from bench.metrics import compute_metrics, normalized_latency, percentile
+from bench.metrics import compute_metrics, metrics_by_workload, normalized_latency, percentile
 
 
 @dataclass
@@ -59,3 +59,17 @@ def test_empty_run_is_all_zeros():
     assert set(m.to_dict()) >= {"mean_norm_latency", "p50_norm_latency", "p95_norm_latency",
                                 "p99_norm_latency", "throughput_tokens_per_s",
                                 "programs_completed", "makespan_s"}
+
+
+@dataclass
+class WRec(Rec):
+    workload: str
+
+
+def test_metrics_by_workload_groups_in_first_seen_order():
+    records = [WRec(0.0, 10.0, 10, "lats"), WRec(1.0, 7.0, 2, "bfcl"), WRec(2.0, 22.0, 10, "lats")]
+    by = metrics_by_workload(records)
+    assert list(by) == ["lats", "bfcl"]
+    assert by["lats"].mean_norm_latency == pytest.approx((1.0 + 2.0) / 2)
+    assert by["bfcl"].mean_norm_latency == pytest.approx(3.0)
+    assert by["lats"].programs_completed == 2 and by["bfcl"].generated_tokens == 2
