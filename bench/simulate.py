@@ -15,6 +15,7 @@ import itertools
 import json
 import tempfile
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -119,19 +120,28 @@ def model_dir_for(model: ModelPreset) -> Path:
 class _PromptMaker:
     """Made-up prompt ids: each program has its own token stream and a call's prompt is the
     stream's first `prompt_len` ids, so calls of one program share prefixes (as agent history
-    does) while different programs share none."""
+    does) while different programs share none, except a program's shared prefix: its first
+    `prefix_len` ids come from the stream of its `prefix_key`, the same for every program with
+    that key (a shared system prompt)."""
 
     def __init__(self, vocab: int) -> None:
         self.span = min(vocab - _FIRST_TOKEN, 100_000)
         self._ring = list(range(_FIRST_TOKEN, _FIRST_TOKEN + self.span)) * 2
 
-    def prompt(self, program_index: int, call: TraceCall) -> list[int]:
+    def prompt(self, program_index: int, call: TraceCall,
+               program: TraceProgram | None = None) -> list[int]:
         if call.prompt_token_ids is not None:
             return list(call.prompt_token_ids)
-        offset = (program_index * 7919) % self.span
-        if call.prompt_len <= self.span:
-            return self._ring[offset:offset + call.prompt_len]
-        return [_FIRST_TOKEN + (offset + i) % self.span for i in range(call.prompt_len)]
+        ids = self._stream((program_index * 7919) % self.span, call.prompt_len)
+        if program is not None and program.prefix_key:
+            key_offset = zlib.crc32(program.prefix_key.encode()) % self.span
+            ids[:program.prefix_len] = self._stream(key_offset, program.prefix_len)
+        return ids
+
+    def _stream(self, offset: int, length: int) -> list[int]:
+        if length <= self.span:
+            return self._ring[offset:offset + length]
+        return [_FIRST_TOKEN + (offset + i) % self.span for i in range(length)]
 
 
 @dataclass
@@ -248,7 +258,8 @@ class _Driver:
         if params is None:
             params = self.params[call.output_len] = SamplingParams(max_tokens=call.output_len,
                                                                    ignore_eos=True)
-        self.engine.add_call(program.engine_id, self.prompts.prompt(program.index, call), params,
+        prompt = self.prompts.prompt(program.index, call, program.trace)
+        self.engine.add_call(program.engine_id, prompt, params,
                              call_id=key)
         self.by_call_id[key] = (program, call)
         self.call_start[key] = self.clock.now

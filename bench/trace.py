@@ -48,18 +48,31 @@ class TraceCall:
 
 @dataclass(frozen=True)
 class TraceProgram:
-    """A program: its calls in topological order (every parent is listed before its child)."""
+    """A program: its calls in topological order (every parent is listed before its child).
+
+    `prefix_key`/`prefix_len`: the first `prefix_len` prompt tokens of every call are the same
+    for all programs with the same key (a shared system prompt, e.g. the same tool docs), so a
+    replay can make them identical and let the prefix cache share them across programs."""
 
     program_id: str
     arrival: float
     calls: tuple[TraceCall, ...]
     workload: str
+    prefix_key: str | None = None
+    prefix_len: int = 0
 
     def __post_init__(self) -> None:
         if not (self.arrival >= 0.0 and math.isfinite(self.arrival)):
             raise ValueError(f"arrival: must be finite and >= 0, got {self.arrival} (program {self.program_id})")
         if not self.calls:
             raise ValueError(f"calls: program {self.program_id} has no calls")
+        if self.prefix_len < 0 or (self.prefix_len > 0) != bool(self.prefix_key):
+            raise ValueError(f"prefix_len: must be > 0 exactly when prefix_key is set, got "
+                             f"{self.prefix_len} with key {self.prefix_key!r} (program {self.program_id})")
+        shortest = min(c.prompt_len for c in self.calls)
+        if self.prefix_len > shortest:
+            raise ValueError(f"prefix_len: {self.prefix_len} exceeds the shortest prompt "
+                             f"({shortest}) of program {self.program_id}")
         seen: set[str] = set()
         for call in self.calls:
             if call.call_id in seen:
@@ -124,6 +137,7 @@ def _trace_to_json(trace: Trace) -> dict[str, Any]:
                 "program_id": p.program_id,
                 "arrival": p.arrival,
                 "workload": p.workload,
+                **({"prefix_key": p.prefix_key, "prefix_len": p.prefix_len} if p.prefix_key else {}),
                 "calls": [_call_to_json(c) for c in p.calls],
             }
             for p in trace.programs
@@ -156,4 +170,5 @@ def _program_from_json(p: dict[str, Any]) -> TraceProgram:
         )
         for c in p["calls"]
     )
-    return TraceProgram(p["program_id"], p["arrival"], calls, p["workload"])
+    return TraceProgram(p["program_id"], p["arrival"], calls, p["workload"],
+                        p.get("prefix_key"), p.get("prefix_len", 0))

@@ -17,11 +17,14 @@ replies are not in the data): lognormal with mean OUTPUT_MEAN (the paper's 34) c
 
 Prompt = system message (the JSON docs of the entry's involved classes' functions, less its
 excluded ones) + the history so far, counted under the SmolLM2 tokenizer incrementally (see
-`ChatOverhead`). All calls are chained: each call's parent is the previous one.
+`ChatOverhead`). All calls are chained: each call's parent is the previous one. Entries with
+the same docs (400 entries have 32 distinct sets) share the system message: the program's
+`prefix_key` names the docs and `prefix_len` is the system message's length.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from dataclasses import dataclass
@@ -130,9 +133,17 @@ def generate(
         entry = entries[order[i % len(order)]]
         if entry.function_docs not in doc_tokens:
             doc_tokens[entry.function_docs] = token_counts(tokenizer, [entry.function_docs])[0]
-        calls = _entry_calls(entry, doc_tokens[entry.function_docs], tokenizer, overhead, rng)
-        programs.append(TraceProgram(f"{WORKLOAD}-{i}", 0.0, calls, WORKLOAD))
+        docs = doc_tokens[entry.function_docs]
+        calls = _entry_calls(entry, docs, tokenizer, overhead, rng)
+        programs.append(TraceProgram(f"{WORKLOAD}-{i}", 0.0, calls, WORKLOAD,
+                                     prefix_key=_docs_key(entry.function_docs),
+                                     prefix_len=overhead.system_tokens(docs)))
     return with_arrivals(programs, seed, rate)
+
+
+def _docs_key(function_docs: str) -> str:
+    """Entries with the same function docs have the same system prompt."""
+    return "bfcl-docs-" + hashlib.sha1(function_docs.encode()).hexdigest()[:16]
 
 
 def _entry_calls(

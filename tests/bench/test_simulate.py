@@ -1,7 +1,7 @@
 import pytest
 
 from bench.cost_model import CostModel, gpu_preset, model_preset
-from bench.simulate import BASELINES, simulate
+from bench.simulate import BASELINES, _PromptMaker, simulate
 from bench.sim_executor import SIM_TOKEN_ID, SimulatedExecutor, VirtualClock
 from bench.trace import Trace, TraceCall, TraceProgram
 from bench.workloads import lats
@@ -177,6 +177,19 @@ def test_tight_memory_preempts_and_still_completes_cleanly(mode):
         assert result.num_swap_outs > 0 and result.swap_seconds > 0
     else:
         assert result.num_swap_outs == 0 and result.swap_seconds == 0
+
+
+def test_prompts_share_exactly_the_programs_shared_prefix():
+    maker = _PromptMaker(vocab=128256)
+    call = make_call("c", prompt_len=40)
+    a = maker.prompt(0, call, TraceProgram("a", 0.0, (call,), "t", "docs-1", 24))
+    b = maker.prompt(1, call, TraceProgram("b", 0.0, (call,), "t", "docs-1", 24))
+    c = maker.prompt(2, call, TraceProgram("c", 0.0, (call,), "t", "docs-2", 24))
+    plain = maker.prompt(1, call)
+    assert len(a) == len(b) == len(c) == 40
+    assert a[:24] == b[:24] and a[24:] != b[24:]
+    assert b[24:] == plain[24:]  # after the shared part, the program's own stream
+    assert a[0] != c[0]  # another key, another stream from the first token
 
 
 def test_bad_arguments_name_the_field():

@@ -41,6 +41,14 @@ def test_program_validation_names_field():
         Trace((make_program(), make_program()))
 
 
+def test_shared_prefix_needs_a_key_and_fits_every_prompt():
+    calls = (make_call("a", 10), make_call("b", 6, 5, ("a",)))
+    assert TraceProgram("p", 0.0, calls, "w", "docs", 6).prefix_len == 6
+    for key, length in (("docs", 7), (None, 3), ("docs", 0), ("docs", -1)):
+        with pytest.raises(ValueError, match="prefix_len"):
+            TraceProgram("p", 0.0, calls, "w", key, length)
+
+
 def test_json_round_trip_is_exact(tmp_path):
     trace = Trace(
         (
@@ -50,6 +58,7 @@ def test_json_round_trip_is_exact(tmp_path):
                 0.1 + 0.2,
             ),
             make_program([make_call("x"), make_call("y"), make_call("z", parents=("x", "y"))], "p1", 2.5, "lats"),
+            TraceProgram("p2", 3.0, (make_call("s", 12),), "bfcl", "docs-1", 8),
         )
     )
     path = tmp_path / "t.json"

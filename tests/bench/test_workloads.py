@@ -81,6 +81,17 @@ def test_bfcl_output_mean_and_chain(generators):
             assert call.prompt_len > prev.prompt_len
 
 
+def test_bfcl_programs_with_the_same_docs_share_their_system_prompt(generators):
+    trace = generators["bfcl"](60, 0)
+    by_key: dict[str, set[int]] = {}
+    for program in trace.programs:
+        assert program.prefix_key.startswith("bfcl-docs-")
+        assert 0 < program.prefix_len < program.calls[0].prompt_len
+        by_key.setdefault(program.prefix_key, set()).add(program.prefix_len)
+    assert all(len(lengths) == 1 for lengths in by_key.values())  # one key, one length
+    assert len(by_key) < len(trace.programs)  # 60 entries, at most 32 distinct doc sets
+
+
 def test_lats_is_parallel_with_paper_statistics(generators):
     trace = generators["lats"](20, 0)
     calls = all_calls(trace)
