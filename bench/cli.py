@@ -1,12 +1,15 @@
 """`agentix bench ...`: benchmark commands. `agentix bench sim` replays a generated workload
 through the engine with the simulated executor and prints program-level metrics; `agentix bench
-sweep` runs several policies over several arrival rates and reports each policy's capacity."""
+sweep` runs several policies over several arrival rates and reports each policy's capacity;
+`agentix bench calibrate` fits the cost model to the real engine on this machine and checks the
+simulator against the real engine on a scaled-down trace."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import json
+from typing import Any
 
 from bench.cost_model import GPU_PRESETS, MODEL_PRESETS
 from bench.metrics import compute_metrics
@@ -85,15 +88,10 @@ def _sweep(args: argparse.Namespace) -> None:
     import sys
     import time
 
-    from bench.sweep import (TARGET_FACTOR, UNLOADED_RATE, capacity_table, latency_table,
-                             latency_target, sweep, write_outputs)
+    from bench.sweep import capacity_table, latency_table, sweep, write_outputs
 
     start = time.perf_counter()
-    if args.target is not None:
-        target, how = args.target, "given"
-    else:
-        target = latency_target(args.workload, args.preset, args.model, args.seed, args.programs)
-        how = f"{TARGET_FACTOR:g} x vllm's mean at {UNLOADED_RATE:g} programs/s"
+    target, how = _target(args)
     print(f"{args.workload} x {args.programs} programs (seed {args.seed}), {args.model} on "
           f"{args.preset}; latency target {target:.4f} s/token ({how})", flush=True)
     points = sweep(args.workload, args.policies, args.rates, args.programs, args.seed,
@@ -104,6 +102,149 @@ def _sweep(args: argparse.Namespace) -> None:
     argv = sys.argv[1:] if args.argv is None else args.argv
     command = "agentix bench " + " ".join(shlex.quote(a) for a in argv)
     md, png = write_outputs(points, target, args.out, command=command)
+    print(f"wrote {md} and {png} in {time.perf_counter() - start:.1f} s")
+
+
+def _model_dir(text: str) -> str:
+    from pathlib import Path
+
+    if not (Path(text) / "config.json").is_file():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a model directory (no config.json)")
+    return text
+
+
+def _real_policy_list(text: str) -> list[str]:
+    names = _policy_list(text)
+    if "oracle" in names:
+        raise argparse.ArgumentTypeError("the oracle is simulation-only: it cannot run on the "
+                                         "real engine")
+    return names
+
+
+def _scale(text: str) -> float:
+    value = float(text)
+    if not value >= 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
+    return value
+
+
+def add_real_run_arguments(parser: argparse.ArgumentParser, programs: int, rate: float,
+                           policies: list[str]) -> None:
+    """The options of a run of a scaled-down mixed trace on the real engine (`calibrate`,
+    `python -m bench.grpc_run`); `real_run_setup` turns them into the trace and engine fields."""
+    parser.add_argument("--model-dir", type=_model_dir, default=None,
+                        help="HF model directory (default: SmolLM2-135M-Instruct)")
+    parser.add_argument("--programs", type=_positive_int, default=programs)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rate", type=_positive_float, default=rate,
+                        help="program arrivals per second (Poisson)")
+    parser.add_argument("--scale", type=_scale, default=16.0,
+                        help="divide prompt and output lengths by this (>= 1)")
+    parser.add_argument("--max-calls", type=_positive_int, default=8, help="calls per program")
+    parser.add_argument("--policies", type=_real_policy_list, default=policies,
+                        help=f"comma-separated baselines (default: {','.join(policies)})")
+    parser.add_argument("--max-num-seqs", type=_positive_int, default=4,
+                        help="running calls at most (small, so that calls queue)")
+    parser.add_argument("--max-batched-tokens", type=_positive_int, default=256)
+    parser.add_argument("--kv-blocks", type=_positive_int, default=256,
+                        help="device KV blocks (and as many host blocks)")
+    parser.add_argument("--threads", type=_positive_int, default=1, help="torch threads")
+
+
+def real_run_setup(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """Set torch's threads and the default model directory (SmolLM2) on `args`; return the
+    scaled-down mixed trace and the engine fields (memory, batch limits) the options ask for,
+    and print them."""
+    import torch
+
+    from bench.scaled_trace import scale_trace
+    from bench.workloads import mixed
+
+    torch.set_num_threads(args.threads)
+    if args.model_dir is None:
+        from engine.models.smollm2 import ensure_smollm2_dir
+        args.model_dir = str(ensure_smollm2_dir())
+    trace = scale_trace(mixed.generate(args.programs, args.seed, args.rate), args.scale,
+                        args.max_calls)
+    fields = dict(block_size=16, num_kv_blocks=args.kv_blocks, num_host_blocks=args.kv_blocks,
+                  max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_batched_tokens)
+    calls = sum(len(p.calls) for p in trace.programs)
+    print(f"model {args.model_dir} (float32, CPU, torch.set_num_threads({args.threads}): the "
+          f"engine uses {args.threads} core(s), the rest stay free)")
+    print(f"trace: mixed x {args.programs} programs at {args.rate}/s (seed {args.seed}), "
+          f"lengths / {args.scale:g}, <= {args.max_calls} calls per program ({calls} calls); "
+          f"max_num_seqs {args.max_num_seqs}, {args.kv_blocks} KV blocks", flush=True)
+    return trace, fields
+
+
+def _calibrate(args: argparse.Namespace) -> None:
+    import shlex
+    import sys
+    import time
+
+    from bench import calibrate as cal
+    from bench.simulate import simulate
+
+    start = time.perf_counter()
+    trace, fields = real_run_setup(args)
+    samples: list = []
+    if args.calibration:
+        calibration = cal.load_calibration(args.calibration)
+        print(f"calibration read from {args.calibration}")
+    else:
+        calibration, samples = cal.calibrate(args.model_dir, {**fields, "multistep": 4})
+    fit = calibration.fit
+    print(f"fit over {fit.num_samples} probe steps ({calibration.seconds:.0f} s): "
+          f"flops rate {fit.flops_rate / 1e9:.1f} GFLOP/s, byte rate {fit.byte_rate / 1e9:.1f} "
+          f"GB/s, step overhead {fit.step_overhead * 1e3:.1f} ms, schedule overhead "
+          f"{fit.schedule_overhead * 1e3:.1f} ms; step error rms {fit.rms_rel_error:.1%}, "
+          f"max {fit.max_rel_error:.1%}; swaps {calibration.host_link_bandwidth / 1e9:.1f} GB/s "
+          f"+ {calibration.per_transfer_latency * 1e6:.0f} us", flush=True)
+    overrides = cal.check_overrides(calibration, **fields)
+    checks = []
+    for policy in args.policies:
+        real = cal.run_real(trace, policy, args.model_dir, overrides)
+        sim = simulate(trace, policy, cost_model=calibration.cost_model(),
+                       engine_overrides=overrides)
+        checks.append(cal.comparison(real, sim))
+        print(cal.format_comparison(checks[-1]), flush=True)
+    argv = sys.argv[1:] if args.argv is None else args.argv
+    command = "agentix bench " + " ".join(shlex.quote(a) for a in argv)
+    cal.save_calibration(calibration, args.out, {
+        "command": command, "checks": checks,
+        "probe_steps": [[s.chunks, s.new_round, s.seconds] for s in samples]})
+    print(f"wrote {args.out} in {time.perf_counter() - start:.0f} s")
+
+
+def _target(args: argparse.Namespace) -> tuple[float, str]:
+    from bench.sweep import TARGET_FACTOR, UNLOADED_RATE, latency_target
+
+    if args.target is not None:
+        return args.target, "given"
+    return (latency_target(args.workload, args.preset, args.model, args.seed, args.programs),
+            f"{TARGET_FACTOR:g} x vllm's mean at {UNLOADED_RATE:g} programs/s")
+
+
+def _capacity(args: argparse.Namespace) -> None:
+    import shlex
+    import sys
+    import time
+
+    from bench.capacity import find_capacities, write_outputs
+    from bench.sweep import capacity_table
+
+    start = time.perf_counter()
+    target, how = _target(args)
+    print(f"{args.workload} x {args.programs} programs (seed {args.seed}), {args.model} on "
+          f"{args.preset}; latency target {target:.4f} s/token ({how})", flush=True)
+    points = find_capacities(args.workload, args.policies, target, args.programs, args.seed,
+                             args.start_rate, args.iterations, args.preset, args.model,
+                             progress=not args.no_progress)
+    print()
+    print(capacity_table(points, target))
+    argv = sys.argv[1:] if args.argv is None else args.argv
+    command = "agentix bench " + " ".join(shlex.quote(a) for a in argv)
+    md, png = write_outputs(points, target, how, args.out, command)
     print(f"wrote {md} and {png} in {time.perf_counter() - start:.1f} s")
 
 
@@ -137,6 +278,31 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--out", default="bench/results", help="folder for sweep_<workload>.md/.png")
     sw.add_argument("--no-progress", action="store_true", help="no progress bar")
     sw.set_defaults(run=_sweep)
+
+    cap = sub.add_parser("capacity", help="each policy's capacity by bracketing and bisection")
+    cap.add_argument("--workload", choices=WORKLOADS, required=True)
+    cap.add_argument("--policies", type=_policy_list, default=list(BASELINES),
+                     help="comma-separated baselines (default: all)")
+    cap.add_argument("--programs", type=_positive_int, default=300)
+    cap.add_argument("--seed", type=int, default=0)
+    cap.add_argument("--start-rate", type=_positive_float, default=1.0,
+                     help="first rate tried for every policy (programs/s)")
+    cap.add_argument("--iterations", type=int, default=3, help="bisection steps per policy")
+    cap.add_argument("--preset", choices=sorted(GPU_PRESETS), default="a100-80g")
+    cap.add_argument("--model", choices=sorted(MODEL_PRESETS), default="llama-3.1-8b")
+    cap.add_argument("--target", type=_positive_float, default=None,
+                     help="latency target in s/token (default: derived from unloaded vllm)")
+    cap.add_argument("--out", default="bench/results", help="folder for capacity_<workload>.*")
+    cap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    cap.set_defaults(run=_capacity)
+
+    ca = sub.add_parser("calibrate", help="fit the cost model to the real engine on this CPU "
+                        "and check the simulator against it on a scaled-down mixed trace")
+    add_real_run_arguments(ca, programs=12, rate=0.25, policies=["atlas", "optimized"])
+    ca.add_argument("--calibration", default=None,
+                    help="reuse the fit of this JSON file instead of probing")
+    ca.add_argument("--out", default="bench/results/calibration_cpu.json")
+    ca.set_defaults(run=_calibrate)
     return parser
 
 

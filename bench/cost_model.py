@@ -95,6 +95,22 @@ class ModelPreset:
     def kv_bytes_per_token(self) -> int:
         return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
 
+    @classmethod
+    def from_hf_config(cls, name: str, cfg: dict, dtype_bytes: int = 4) -> "ModelPreset":
+        """The preset of a Llama-family Hugging Face `config.json` dict (one device). `params`
+        is counted from the shapes: embedding (and an untied LM head), per layer the Q, K, V,
+        O and gate/up/down projections and two norms, and the final norm."""
+        hidden, layers = cfg["hidden_size"], cfg["num_hidden_layers"]
+        q_heads = cfg["num_attention_heads"]
+        kv_heads = cfg.get("num_key_value_heads") or q_heads
+        head_dim = cfg.get("head_dim") or hidden // q_heads
+        ffn, vocab = cfg["intermediate_size"], cfg["vocab_size"]
+        embeddings = vocab * hidden * (1 if cfg.get("tie_word_embeddings", False) else 2)
+        per_layer = (2 * hidden * q_heads * head_dim + 2 * hidden * kv_heads * head_dim
+                     + 3 * hidden * ffn + 2 * hidden)
+        return cls(name, layers, hidden, q_heads, kv_heads, head_dim, ffn, vocab,
+                   float(embeddings + layers * per_layer + hidden), 1, dtype_bytes)
+
     def hf_config(self) -> dict:
         """A Hugging Face `config.json` for this shape (enough for an engine with an
         injected executor; no weights)."""
@@ -173,24 +189,22 @@ class CostModel:
     def step_seconds(self, chunks: Iterable[tuple[int, int]], new_round: bool = True) -> float:
         """Duration of one step running `chunks` of `(num_new_tokens, context_len)`; an empty
         step costs nothing."""
-        new = pairs = kv_tokens = 0
-        for n, context in chunks:
-            if n <= 0 or context < n:
-                raise ValueError(f"chunk: need 0 < num_new_tokens <= context_len, got ({n}, {context})")
-            new += n
-            pairs += n * context - n * (n - 1) // 2
-            kv_tokens += context  # (context - n) read + n written
-        return self.step_seconds_from_totals(new, pairs, kv_tokens, new_round)
+        return self.step_seconds_from_totals(*batch_totals(chunks), new_round)
 
     def step_seconds_from_totals(self, new_tokens: int, pairs: int, kv_tokens: int,
                                  new_round: bool = True) -> float:
         """`step_seconds` from a batch's totals (the executor's fast path)."""
         if new_tokens == 0:
             return 0.0
-        flops = 2 * self.model.params * new_tokens + self._attn_flops_per_pair * pairs
-        nbytes = self.model.weight_bytes + self._kv_per_token * kv_tokens
+        flops, nbytes = self.step_work(new_tokens, pairs, kv_tokens)
         overhead = self.step_overhead + (self.schedule_overhead if new_round else 0.0)
         return overhead + max(flops / self._flops_rate, nbytes / self._byte_rate)
+
+    def step_work(self, new_tokens: int, pairs: int, kv_tokens: int) -> tuple[float, float]:
+        """(FLOPs, bytes) of a step from its totals: what the roofline rates (calibration fits
+        the rates to measured steps with these)."""
+        return (2 * self.model.params * new_tokens + self._attn_flops_per_pair * pairs,
+                self.model.weight_bytes + self._kv_per_token * kv_tokens)
 
     def call_seconds(self, prompt_len: int, output_len: int) -> float:
         """A simple estimate of one call's service alone on the GPU: its prefill as one step,
@@ -232,6 +246,19 @@ class CostModel:
         """Tokens per second of a large (2,048-token) prefill: the recompute rate."""
         n = 2048
         return n / self.step_seconds([(n, n)])
+
+
+def batch_totals(chunks: Iterable[tuple[int, int]]) -> tuple[int, int, int]:
+    """(new tokens, query-key pairs, KV tokens touched) of `(num_new_tokens, context_len)`
+    chunks; raises ValueError for an impossible chunk."""
+    new = pairs = kv_tokens = 0
+    for n, context in chunks:
+        if n <= 0 or context < n:
+            raise ValueError(f"chunk: need 0 < num_new_tokens <= context_len, got ({n}, {context})")
+        new += n
+        pairs += n * context - n * (n - 1) // 2
+        kv_tokens += context  # (context - n) read + n written
+    return new, pairs, kv_tokens
 
 
 def chunk_shapes(chunks: Sequence) -> list[tuple[int, int]]:
