@@ -17,7 +17,7 @@ calibrated simulator against the real engine on the same (scaled-down) trace.
 - `measure_swaps` times the runner's bulk swap of a few block counts and fits
   `latency + blocks * bytes_per_block / bandwidth`.
 - `run_real` replays a trace on the real engine in real time with the simulator's own driver
-  (`bench.simulate._Driver`) on a `bench.wall_clock.WallClock`: idle time is skipped, busy
+  (`bench.simulate.Driver`) on a `bench.wall_clock.WallClock`: idle time is skipped, busy
   time is real.
 
 A `Calibration` (saved as JSON) rebuilds the calibrated `CostModel` for `simulate(...,
@@ -44,7 +44,7 @@ from scheduler.plan import SchedulePlan
 
 from bench.cost_model import CostModel, GPUPreset, ModelPreset, batch_totals, chunk_shapes
 from bench.metrics import compute_metrics
-from bench.simulate import SimResult, _Driver, _PromptMaker, engine_config_for
+from bench.simulate import SimResult, Driver, PromptMaker, engine_config_for
 from bench.trace import Trace, TraceCall
 from bench.wall_clock import WallClock
 
@@ -206,7 +206,7 @@ def run_real(trace: Trace, policy: str, model_dir: str | Path,
         config["max_num_batched_tokens"] = max(config["max_num_batched_tokens"], longest)
     clock = WallClock()
     engine, recorder = real_engine(model_dir, config, clock)
-    driver = _Driver(engine, clock, None, _PromptMaker(engine.vocab_size), use_oracle=False)
+    driver = Driver(engine, clock, None, PromptMaker(engine.vocab_size), use_oracle=False)
     clock.restart(0.0)
     driver.run(trace)
     engine.check_integrity()
@@ -265,7 +265,7 @@ def measure_steps(engine: LLMEngine, recorder: StepRecorder,
                   probes: Probes = Probes()) -> list[StepSample]:
     """Run the probe scenarios on `engine` (idle, its executor wrapped by `recorder`) and
     return one sample per distinct step (shapes and round): the median of its repeats."""
-    prompts = _PromptMaker(engine.vocab_size)
+    prompts = PromptMaker(engine.vocab_size)
     serial = iter(range(1 << 30))
     recorder.record, first_sample = True, len(recorder.samples)
     for _ in range(probes.repeats):
@@ -289,7 +289,7 @@ def measure_steps(engine: LLMEngine, recorder: StepRecorder,
             for (shape, new_round), ts in sorted(times.items())]
 
 
-def _probe_prompt(prompts: _PromptMaker, index: int, length: int) -> list[int]:
+def _probe_prompt(prompts: PromptMaker, index: int, length: int) -> list[int]:
     """A made-up prompt of `length` tokens, as the index-th program's (no prefix caching in
     probes, so sharing would not matter)."""
     return prompts.prompt(index, TraceCall("probe", length, 1))

@@ -6,7 +6,7 @@ The server runs in this process (`server.app.start_server`, the engine on its ow
 few running calls (`max_num_seqs`) so that calls queue. The client (`AsyncAgentixClient`) plays
 the trace as the simulator's driver does: a program opens at its arrival; a call is sent once
 all its parents have finished and then its `delay` has passed (a root call: its delay after the
-arrival), with the simulator's made-up prompt ids (`bench.simulate._PromptMaker`),
+arrival), with the simulator's made-up prompt ids (`bench.simulate.PromptMaker`),
 `max_tokens = output_len` and `ignore_eos`; the program ends after its last call. A program's
 finish is when its last completion arrived; its tokens are all it received. Real sleeps, so a
 run lasts the trace's whole span.
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from bench.metrics import Metrics, compute_metrics
-from bench.simulate import ProgramResult, _PromptMaker, engine_config_for
+from bench.simulate import ProgramResult, PromptMaker, engine_config_for
 from bench.trace import Trace, TraceCall, TraceProgram
 
 DEFAULT_POLICIES = ("optimized", "atlas")
@@ -45,7 +45,7 @@ async def drive(address: str, trace: Trace, vocab: int) -> list[ProgramResult]:
     with times in seconds since the start of the run."""
     from server.client import AsyncAgentixClient
 
-    prompts = _PromptMaker(vocab)
+    prompts = PromptMaker(vocab)
     async with AsyncAgentixClient(address) as client:
         start = asyncio.get_running_loop().time()
         return list(await asyncio.gather(*(
@@ -59,7 +59,7 @@ async def _sleep_until(start: float, t: float) -> None:
         await asyncio.sleep(delay)
 
 
-async def _run_program(client: Any, prompts: _PromptMaker, index: int, program: TraceProgram,
+async def _run_program(client: Any, prompts: PromptMaker, index: int, program: TraceProgram,
                        start: float) -> ProgramResult:
     loop = asyncio.get_running_loop()
     await _sleep_until(start, program.arrival)

@@ -117,7 +117,7 @@ def model_dir_for(model: ModelPreset) -> Path:
     return path
 
 
-class _PromptMaker:
+class PromptMaker:
     """Made-up prompt ids: each program has its own token stream and a call's prompt is the
     stream's first `prompt_len` ids, so calls of one program share prefixes (as agent history
     does) while different programs share none, except a program's shared prefix: its first
@@ -179,7 +179,7 @@ def simulate(trace: Trace, policy: str, preset: str = "a100-80g", model: str = "
     executor = SimulatedExecutor(cost, clock, config["block_size"])
     engine = LLMEngine(EngineConfig(model=str(model_dir_for(cost.model)), **config),
                        executor=executor, clock=clock)
-    driver = _Driver(engine, clock, cost, _PromptMaker(cost.model.vocab),
+    driver = Driver(engine, clock, cost, PromptMaker(cost.model.vocab),
                      use_oracle=config["policy"] == "oracle")
     driver.run(trace)
     engine.check_integrity()
@@ -194,11 +194,11 @@ def simulate(trace: Trace, policy: str, preset: str = "a100-80g", model: str = "
         wall_seconds=time.perf_counter() - wall_start, num_kv_blocks=config["num_kv_blocks"])
 
 
-class _Driver:
+class Driver:
     """The event loop: arrivals and ready calls in a heap keyed by virtual time."""
 
     def __init__(self, engine: LLMEngine, clock: VirtualClock, cost: CostModel,
-                 prompts: _PromptMaker, use_oracle: bool) -> None:
+                 prompts: PromptMaker, use_oracle: bool) -> None:
         self.engine, self.clock, self.cost, self.prompts = engine, clock, cost, prompts
         self.use_oracle = use_oracle
         self.events: list[tuple[float, int, _Program, TraceCall | None]] = []

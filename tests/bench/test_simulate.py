@@ -1,7 +1,7 @@
 import pytest
 
 from bench.cost_model import CostModel, gpu_preset, model_preset
-from bench.simulate import BASELINES, _PromptMaker, simulate
+from bench.simulate import BASELINES, PromptMaker, simulate
 from bench.sim_executor import SIM_TOKEN_ID, SimulatedExecutor, VirtualClock
 from bench.trace import Trace, TraceCall, TraceProgram
 from bench.workloads import lats
@@ -180,7 +180,7 @@ def test_tight_memory_preempts_and_still_completes_cleanly(mode):
 
 
 def test_prompts_share_exactly_the_programs_shared_prefix():
-    maker = _PromptMaker(vocab=128256)
+    maker = PromptMaker(vocab=128256)
     call = make_call("c", prompt_len=40)
     a = maker.prompt(0, call, TraceProgram("a", 0.0, (call,), "t", "docs-1", 24))
     b = maker.prompt(1, call, TraceProgram("b", 0.0, (call,), "t", "docs-1", 24))
