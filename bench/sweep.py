@@ -191,7 +191,7 @@ def capacity_table(points: Sequence[SweepPoint], target: float) -> str:
 
 def latency_table(points: Sequence[SweepPoint]) -> str:
     """Markdown: policy x rate, each cell `mean / P95 / P99` normalized latency (s/token), then
-    a policy x rate throughput table."""
+    policy x rate tables of throughput and makespan."""
     policies, rates = _policies(points), _rates(points)
     by_key = {(p.policy, p.rate): p for p in points}
     header = ["policy"] + [f"{r:g}/s" for r in rates]
@@ -215,6 +215,11 @@ def latency_table(points: Sequence[SweepPoint]) -> str:
     lines += ["", "Throughput (generated tokens/s)", "", "| " + " | ".join(header) + " |", sep]
     for policy in policies:
         cells = [cell(policy, r, lambda p: f"{p.throughput_tokens_per_s:.1f}") for r in rates]
+        lines.append("| " + " | ".join([policy] + cells) + " |")
+    lines += ["", "Makespan (s, first arrival to last finish)", "",
+              "| " + " | ".join(header) + " |", sep]
+    for policy in policies:
+        cells = [cell(policy, r, lambda p: f"{p.makespan_s:.1f}") for r in rates]
         lines.append("| " + " | ".join([policy] + cells) + " |")
     return "\n".join(lines) + "\n"
 

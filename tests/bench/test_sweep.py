@@ -94,6 +94,7 @@ def test_latency_table_cells():
     assert "| vllm | 0.0100 / 0.0200 / 0.0300 | 0.1000 / 0.2000 / 0.3000 (4/5 done) |" in text
     assert "| atlas | 0.0050 / 0.0060 / 0.0070 | - |" in text
     assert "| vllm | 10.0 | 20.0 (4/5 done) |" in text
+    assert "| vllm | 10.0 | 10.0 (4/5 done) |" in text.split("Makespan")[1]
 
 
 # ----- files -------------------------------------------------------------------------------------
