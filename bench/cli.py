@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from bench.cost_model import GPU_PRESETS, MODEL_PRESETS
-from bench.metrics import compute_metrics
+from bench.metrics import compute_metrics, metrics_by_workload
 from bench.simulate import BASELINES
 
 WORKLOADS = ("sharegpt", "bfcl", "lats", "mixed")
@@ -43,10 +43,13 @@ def _sim(args: argparse.Namespace) -> None:
         "workload": args.workload, "policy": args.policy, "rate": args.rate,
         "programs": args.programs, "seed": args.seed, "preset": result.preset,
         "model": result.model, **metrics.to_dict(),
-        "num_steps": result.num_steps, "num_preemptions": result.num_preemptions,
+        "num_steps": result.num_steps, "num_tokens_computed": result.num_tokens_computed,
+        "num_preemptions": result.num_preemptions,
         "num_swap_outs": result.num_swap_outs, "swap_seconds": result.swap_seconds,
         "num_kv_blocks": result.num_kv_blocks, "sim_wall_seconds": result.wall_seconds,
     }
+    summary["by_workload"] = {name: m.to_dict()
+                              for name, m in metrics_by_workload(result.programs).items()}
     if args.json:
         print(json.dumps(summary))
         return
@@ -59,8 +62,12 @@ def _sim(args: argparse.Namespace) -> None:
           f"P99 {metrics.p99_norm_latency:.4f}")
     print(f"  throughput           {metrics.throughput_tokens_per_s:.1f} tokens/s "
           f"({metrics.generated_tokens} tokens, makespan {metrics.makespan_s:.1f} s)")
-    print(f"  engine               {result.num_steps} steps, {result.num_preemptions} "
+    print(f"  engine               {result.num_steps} steps, {result.num_tokens_computed} "
+          f"tokens computed, {result.num_preemptions} "
           f"preemptions, {result.num_swap_outs} swap-outs ({result.swap_seconds:.2f} s)")
+    for name, m in summary["by_workload"].items():
+        print(f"  {name:<20} {m['programs_completed']} programs, norm latency mean "
+              f"{m['mean_norm_latency']:.4f}  P95 {m['p95_norm_latency']:.4f}")
     print(f"  simulated in         {result.wall_seconds:.1f} s")
 
 
@@ -183,6 +190,8 @@ def _calibrate(args: argparse.Namespace) -> None:
     import time
 
     from bench import calibrate as cal
+    from bench.calibration_check import comparison, format_comparison
+    from bench.real_run import run_real
     from bench.simulate import simulate
 
     start = time.perf_counter()
@@ -203,11 +212,11 @@ def _calibrate(args: argparse.Namespace) -> None:
     overrides = cal.check_overrides(calibration, **fields)
     checks = []
     for policy in args.policies:
-        real = cal.run_real(trace, policy, args.model_dir, overrides)
+        real = run_real(trace, policy, args.model_dir, overrides)
         sim = simulate(trace, policy, cost_model=calibration.cost_model(),
                        engine_overrides=overrides)
-        checks.append(cal.comparison(real, sim))
-        print(cal.format_comparison(checks[-1]), flush=True)
+        checks.append(comparison(real, sim))
+        print(format_comparison(checks[-1]), flush=True)
     argv = sys.argv[1:] if args.argv is None else args.argv
     command = "agentix bench " + " ".join(shlex.quote(a) for a in argv)
     cal.save_calibration(calibration, args.out, {

@@ -6,10 +6,10 @@ The server runs in this process (`server.app.start_server`, the engine on its ow
 few running calls (`max_num_seqs`) so that calls queue. The client (`AsyncAgentixClient`) plays
 the trace as the simulator's driver does: a program opens at its arrival; a call is sent once
 all its parents have finished and then its `delay` has passed (a root call: its delay after the
-arrival), with the simulator's made-up prompt ids (`bench.simulate.PromptMaker`),
-`max_tokens = output_len` and `ignore_eos`; the program ends after its last call. A program's
-finish is when its last completion arrived; its tokens are all it received. Real sleeps, so a
-run lasts the trace's whole span.
+arrival), with the simulator's made-up prompt ids (`bench.simulate.PromptMaker`, a shared
+prefix included), `max_tokens = output_len` and `ignore_eos`; the program ends after its last
+call. A program's finish is when its last completion arrived; its tokens are all it received.
+Real sleeps, so a run lasts the trace's whole span.
 
 "fcfs" here is the `optimized` baseline (FCFS with the same chunked prefill, prefix caching and
 multistep as `atlas`), so the two runs differ only in the scheduling policy.
@@ -68,7 +68,7 @@ async def _run_program(client: Any, prompts: PromptMaker, index: int, program: T
     async def run_call(prog: Any, call: TraceCall) -> tuple[float, int]:
         ready = max([(await calls[p])[0] for p in call.parents], default=program.arrival)
         await _sleep_until(start, ready + call.delay)
-        completion = await prog.generate(prompts.prompt(index, call),
+        completion = await prog.generate(prompts.prompt(index, call, program),
                                          call_id=f"{program.program_id}/{call.call_id}",
                                          max_tokens=call.output_len, ignore_eos=True)
         return loop.time() - start, len(completion.token_ids)

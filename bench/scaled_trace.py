@@ -6,6 +6,8 @@ run): shorter prompts and outputs, fewer calls per program, optionally a stretch
   `prompt_token_ids` is cut to its first ids);
 - each program keeps its first `max_calls` calls: calls are listed in a topological order,
   so every kept call's parents are kept too and the result is a valid DAG;
+- a program's shared prefix keeps its `prefix_key`; its `prefix_len` is scaled as prompt
+  lengths are (so it stays >= 1), capped at the shortest kept call's scaled `prompt_len`;
 - arrivals and delays are multiplied by `time_scale`.
 Deterministic: no randomness, the same trace in gives the same trace out.
 """
@@ -38,7 +40,10 @@ def scaled_len(n: int, scale: float) -> int:
 def _scale_program(program: TraceProgram, scale: float, max_calls: int,
                    time_scale: float) -> TraceProgram:
     calls = tuple(_scale_call(c, scale, time_scale) for c in program.calls[:max_calls])
-    return replace(program, arrival=program.arrival * time_scale, calls=calls)
+    prefix_len = (min(scaled_len(program.prefix_len, scale), *(c.prompt_len for c in calls))
+                  if program.prefix_key else 0)
+    return replace(program, arrival=program.arrival * time_scale, calls=calls,
+                   prefix_len=prefix_len)
 
 
 def _scale_call(call: TraceCall, scale: float, time_scale: float) -> TraceCall:

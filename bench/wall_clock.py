@@ -1,5 +1,5 @@
 """A wall clock with the simulator's clock interface, so the simulator's driver can run the real
-engine in real time (`bench.calibrate.run_real`).
+engine in real time (`bench.real_run.run_real`).
 
 It reads `time.perf_counter() + offset`. `jump_to(t)` moves the reading forward by growing the
 offset instead of sleeping: when the engine is idle the driver jumps to the next arrival, so a
