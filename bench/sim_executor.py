@@ -41,7 +41,9 @@ class SimulatedExecutor:
 
     Swaps: each non-empty direction (out, then in) is one bulk transfer costing
     `cost_model.swap_seconds(len(pairs), bytes_per_block)`; they add to the step time and are
-    reported as `swap_seconds`. Counters (`num_steps`, `num_swap_transfers`, `busy_seconds`,
+    reported as `swap_seconds`. Counters (`num_steps`, `num_tokens_computed` (prefill and
+    decode tokens run, so prefill recomputed after an eviction shows), `num_swap_transfers`,
+    `busy_seconds`,
     `swap_seconds_total`) are read by the driver.
     """
 
@@ -50,6 +52,7 @@ class SimulatedExecutor:
         self.clock = clock
         self.bytes_per_block = cost_model.bytes_per_block(block_size)
         self.num_steps = 0
+        self.num_tokens_computed = 0
         self.num_swap_transfers = 0
         self.busy_seconds = 0.0
         self.swap_seconds_total = 0.0
@@ -73,6 +76,7 @@ class SimulatedExecutor:
             new, pairs_total, kv_tokens, new_round=not plan.is_continuation)
         if not plan.is_empty:
             self.num_steps += 1
+        self.num_tokens_computed += new
         self.busy_seconds += seconds
         self.swap_seconds_total += swap
         self.clock.advance(seconds)

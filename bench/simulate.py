@@ -71,6 +71,7 @@ class SimResult:
     call_finish: dict[str, float] = field(default_factory=dict)  # "program/call" -> time
     call_start: dict[str, float] = field(default_factory=dict)  # when it was added
     num_steps: int = 0
+    num_tokens_computed: int = 0  # prefill + decode tokens the executor ran
     num_rounds: int = 0
     num_preemptions: int = 0
     num_swap_outs: int = 0
@@ -187,7 +188,8 @@ def simulate(trace: Trace, policy: str, preset: str = "a100-80g", model: str = "
     return SimResult(
         policy=policy, preset=cost.gpu.name, model=cost.model.name, programs=driver.results,
         call_finish=driver.call_finish, call_start=driver.call_start,
-        num_steps=executor.num_steps, num_rounds=scheduler.num_rounds,
+        num_steps=executor.num_steps, num_tokens_computed=executor.num_tokens_computed,
+        num_rounds=scheduler.num_rounds,
         num_preemptions=scheduler.num_preemptions, num_swap_outs=scheduler.num_swap_outs,
         num_swap_transfers=executor.num_swap_transfers, swap_seconds=executor.swap_seconds_total,
         busy_seconds=executor.busy_seconds, end_time=clock(),

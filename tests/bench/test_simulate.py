@@ -53,6 +53,7 @@ def test_executor_advances_the_clock_and_charges_one_transfer_per_direction():
     assert result.swap_seconds == 0.5
     assert clock() == 6.5
     assert executor.num_steps == 1 and executor.num_swap_transfers == 2
+    assert executor.num_tokens_computed == 9  # one decode token + an 8-token chunk
 
 
 def test_executor_uses_the_cost_model_for_real_presets():
@@ -216,6 +217,9 @@ def test_agentix_bench_sim_prints_one_json_object(capsys):
                 "p99_norm_latency", "throughput_tokens_per_s", "makespan_s"):
         assert out[key] > 0
     assert out["p50_norm_latency"] <= out["p95_norm_latency"] <= out["p99_norm_latency"]
+    assert list(out["by_workload"]) == ["lats"]  # one workload: the same figures again
+    assert out["by_workload"]["lats"]["mean_norm_latency"] == out["mean_norm_latency"]
+    assert out["num_tokens_computed"] >= out["generated_tokens"]
 
 
 def test_agentix_bench_sim_rejects_bad_arguments(capsys):
