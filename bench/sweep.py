@@ -159,6 +159,8 @@ def capacity_table(points: Sequence[SweepPoint], target: float) -> str:
     optimized and mlfq (where those were swept), then oracle's capacity over atlas's. A
     capacity marked `*` is the highest rate swept (the true capacity may be higher, so ratios
     involving it are bounds); `< r` means the lowest swept rate `r` already missed."""
+    if points and all(math.isinf(p.rate) for p in points):
+        return "Capacity: not defined for an offline run (every program arrives at once)\n"
     policies = _policies(points)
     top = max(p.rate for p in points) if points else None
     caps = {policy: capacity(points, policy, target) for policy in policies}

@@ -1,3 +1,5 @@
+import math
+
 import pytest
 
 import bench.sweep as sweep_mod
@@ -84,6 +86,11 @@ def test_capacity_ratio_to_a_baseline_that_always_missed_is_a_lower_bound():
     text = capacity_table(points, target=0.1)
     assert "| vllm | < 0.1 | - |" in text
     assert "| atlas | 0.2* | > 2.00x |" in text
+
+
+def test_no_capacity_for_an_offline_run():
+    text = capacity_table([point("atlas", math.inf, 0.5), point("vllm", math.inf, 0.9)], 0.1)
+    assert text == "Capacity: not defined for an offline run (every program arrives at once)\n"
 
 
 def test_latency_table_cells():
