@@ -1,6 +1,7 @@
 """`agentix bench ...`: benchmark commands. `agentix bench sim` replays a generated workload
 through the engine with the simulated executor and prints program-level metrics; `agentix bench
 sweep` runs several policies over several arrival rates and reports each policy's capacity;
+`agentix bench capacity` searches each policy's capacity by bracketing and bisection;
 `agentix bench calibrate` fits the cost model to the real engine on this machine and checks the
 simulator against the real engine on a scaled-down trace."""
 
