@@ -38,11 +38,13 @@ def _sim(args: argparse.Namespace) -> None:
 
     generator = importlib.import_module(f"bench.workloads.{args.workload}")
     trace = generator.generate(args.programs, args.seed, args.rate)
-    result = simulate(trace, args.policy, preset=args.preset, model=args.model)
+    result = simulate(trace, args.policy, preset=args.preset, model=args.model,
+                      engine_overrides=dict(args.set) or None)
     metrics = compute_metrics(result.programs)
     summary = {
         "workload": args.workload, "policy": args.policy, "rate": args.rate,
-        "programs": args.programs, "seed": args.seed, "preset": result.preset,
+        "programs": args.programs, "seed": args.seed, "overrides": dict(args.set),
+        "preset": result.preset,
         "model": result.model, **metrics.to_dict(),
         "num_steps": result.num_steps, "num_tokens_computed": result.num_tokens_computed,
         "num_preemptions": result.num_preemptions,
@@ -70,6 +72,20 @@ def _sim(args: argparse.Namespace) -> None:
         print(f"  {name:<20} {m['programs_completed']} programs, norm latency mean "
               f"{m['mean_norm_latency']:.4f}  P95 {m['p95_norm_latency']:.4f}")
     print(f"  simulated in         {result.wall_seconds:.1f} s")
+
+
+def _override(text: str) -> tuple[str, Any]:
+    """`FIELD=VALUE` of an engine config field; VALUE is read as a Python literal (numbers,
+    True/False/None), else kept as a string."""
+    import ast
+
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"expected FIELD=VALUE, got {text!r}")
+    try:
+        return name.strip(), ast.literal_eval(value.strip())
+    except (ValueError, SyntaxError):
+        return name.strip(), value.strip()
 
 
 def _policy_list(text: str) -> list[str]:
@@ -270,6 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--seed", type=int, default=0)
     sim.add_argument("--preset", choices=sorted(GPU_PRESETS), default="a100-80g")
     sim.add_argument("--model", choices=sorted(MODEL_PRESETS), default="llama-3.1-8b")
+    sim.add_argument("--set", type=_override, action="append", default=[], metavar="FIELD=VALUE",
+                     help="override an engine config field (repeatable), e.g. "
+                          "--set max_preemptions_per_round=0")
     sim.add_argument("--json", action="store_true", help="print one JSON object")
     sim.set_defaults(run=_sim)
 

@@ -222,6 +222,27 @@ def test_agentix_bench_sim_prints_one_json_object(capsys):
     assert out["num_tokens_computed"] >= out["generated_tokens"]
 
 
+def test_agentix_bench_sim_overrides_engine_fields(capsys):
+    import json
+
+    from bench.cli import main
+
+    args = ["sim", "--workload", "lats", "--policy", "atlas", "--rate", "1", "--programs", "1",
+            "--json"]
+    main(args + ["--set", "multistep=1", "--set", "starvation_beta=None"])
+    one = json.loads(capsys.readouterr().out)
+    assert one["overrides"] == {"multistep": 1, "starvation_beta": None}
+    main(args + ["--set", "multistep=8"])
+    eight = json.loads(capsys.readouterr().out)
+    assert eight["overrides"] == {"multistep": 8}
+    assert eight["num_steps"] != one["num_steps"]  # the engine ran with it
+    with pytest.raises(ValueError, match="unknown field"):
+        main(args + ["--set", "no_such_field=1"])
+    with pytest.raises(SystemExit):
+        main(args + ["--set", "multistep"])
+    assert "expected FIELD=VALUE" in capsys.readouterr().err
+
+
 def test_agentix_bench_sim_rejects_bad_arguments(capsys):
     from bench.cli import main
 
