@@ -38,7 +38,8 @@ class CallRecord:
     `total_wait` and `total_service` are never reset; `waiting_since` is set while it waits.
     `start_value` is the program value the call started from
     (ATLAS adds `total_service` to it on completion). `quantum_left` is what the call may use
-    before it is demoted from `queue`.
+    before it is demoted from `queue`. `promoted` is set by anti-starvation until the call next
+    starts running: it goes first, but does not preempt anyone to get in.
     """
 
     call_id: str
@@ -55,6 +56,7 @@ class CallRecord:
     total_service: float = 0.0
     waiting_since: float | None = None
     num_steps: int = 0
+    promoted: bool = False
 
 
 @dataclass

@@ -248,15 +248,18 @@ class Scheduler:
             self._release_waiting(call)
             return False
         n = min(remaining, budget)
+        record = self.records[call.call_id]
         while len(self.running) >= self.config.max_num_seqs or not self._reserve(call, n, plan):
-            victim = self._priority_victim(level, rnd)
+            # A call promoted against starvation waits for room instead of making it: its
+            # victims would soon starve in turn, and promote, and preempt (a ping-pong).
+            victim = None if record.promoted else self._priority_victim(level, rnd)
             if victim is None:
                 if not swapped:
                     self._release_waiting(call)
                 return False
             self._preempt(victim, plan, rnd, now)
             rnd.priority_preemptions += 1
-        record = self.records[call.call_id]
+        record.promoted = False
         self._stop_waiting(record, now)
         self.queued.remove(call.call_id)
         call.status = CallStatus.RUNNING
@@ -377,6 +380,7 @@ class Scheduler:
             self.queued.remove(call_id)
             self._stop_waiting(record, now)
             record.queue = 0
+            record.promoted = True
             record.quantum_left = self.levels.quantum(0)
             record.wait = record.service = 0.0
             record.waiting_since = now

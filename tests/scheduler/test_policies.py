@@ -180,6 +180,23 @@ def test_anti_starvation_promotes_exactly_when_the_ratio_crosses_beta():
     assert sim.scheduler.table.get("old").service == 100.0  # the program's T is kept
 
 
+def test_a_promoted_call_waits_for_room_instead_of_preempting():
+    sim = Sim("plas", **{**BASE, "num_queues": 3, "starvation_beta": 0.3})
+    sim.start("runner")
+    sim.scheduler.table.get("runner").service = 10.0  # level 1 (8 <= 10 < 24)
+    sim.call("runner", "runner", prompt_len=8, output_len=60)
+    sim.start("old")
+    sim.scheduler.table.get("old").service = 100.0  # level 2; promoted after 30 steps
+    sim.call("old", "old-call")
+    while not sim.scheduler.num_promotions:
+        sim.step()
+    assert sim.scheduler.records["old-call"].queue == 0  # ahead of the runner's level ...
+    sim.run()
+    assert sim.calls["runner"].num_preemptions == 0  # ... but it did not evict the runner
+    assert sim.completed == ["runner", "old-call"]
+    assert sim.scheduler.num_promotions == 1
+
+
 def test_anti_starvation_off_never_promotes():
     sim = Sim("plas", **{**BASE, "num_queues": 3, "starvation_beta": 0})
     sim.start("old")
