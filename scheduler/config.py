@@ -34,7 +34,7 @@ class SchedulerConfig:
     quantum_growth: float = 2.0
     quantum_steps: int = 64
     calibration_steps: int = 16
-    starvation_beta: float | None = 8.0  # bench/RESULTS.md "Knob sensitivity"
+    starvation_beta: float | None = 4.0  # bench/RESULTS.md "Knob sensitivity"
     service_mode: str = "time"
     program_ttl: float = 600.0
     tenant_halflife: float | None = 300.0

@@ -18,7 +18,7 @@ def tiny_trace(monkeypatch):
 def test_defaults_come_from_the_baseline_then_the_engine():
     assert default_value("atlas", "multistep") == 4  # the benchmark baseline's
     assert default_value("atlas", "num_queues") == 8  # the engine's
-    assert default_value("atlas", "starvation_beta") == 8.0
+    assert default_value("atlas", "starvation_beta") == 4.0
     assert default_value("atlas", "quantum_steps") == 64
 
 
@@ -32,14 +32,14 @@ def test_each_value_reaches_the_engine_with_its_type(tiny_trace, monkeypatch):
                              engine_overrides=engine_overrides)
 
     monkeypatch.setattr(sens, "simulate", spy)
-    points = run_knobs("mixed", 1.0, 2, knobs={"multistep": (1, 4), "starvation_beta": (0, 8)},
+    points = run_knobs("mixed", 1.0, 2, knobs={"multistep": (1, 4), "starvation_beta": (0, 4)},
                        progress=False)
     assert seen == [("atlas", {"multistep": 1}), ("atlas", {"multistep": 4}),
-                    ("atlas", {"starvation_beta": 0.0}), ("atlas", {"starvation_beta": 8.0})]
+                    ("atlas", {"starvation_beta": 0.0}), ("atlas", {"starvation_beta": 4.0})]
     assert [type(o["multistep"]) for _, o in seen[:2]] == [int, int]
     assert [(p.knob, p.value, p.is_default) for p in points] == [
         ("multistep", 1, False), ("multistep", 4, True),
-        ("starvation_beta", 0, False), ("starvation_beta", 8, True)]
+        ("starvation_beta", 0, False), ("starvation_beta", 4, True)]
     assert all(p.programs_completed == 2 for p in points)
 
 
