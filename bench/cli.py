@@ -274,6 +274,23 @@ def _capacity(args: argparse.Namespace) -> None:
     print(f"wrote {md} and {png} in {time.perf_counter() - start:.1f} s")
 
 
+def _add_policy_run_arguments(parser: argparse.ArgumentParser, programs: int,
+                              out_files: str) -> None:
+    """The options `sweep` and `capacity` share: workload, policies, trace, preset, target,
+    output folder, progress bar."""
+    parser.add_argument("--workload", choices=WORKLOADS, required=True)
+    parser.add_argument("--policies", type=_policy_list, default=list(BASELINES),
+                        help="comma-separated baselines (default: all)")
+    parser.add_argument("--programs", type=_positive_int, default=programs)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--preset", choices=sorted(GPU_PRESETS), default="a100-80g")
+    parser.add_argument("--model", choices=sorted(MODEL_PRESETS), default="llama-3.1-8b")
+    parser.add_argument("--target", type=_positive_float, default=None,
+                        help="latency target in s/token (default: derived from unloaded vllm)")
+    parser.add_argument("--out", default="bench/results", help=f"folder for {out_files}")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentix bench", description=__doc__)
     sub = parser.add_subparsers(dest="bench_command", required=True)
@@ -293,36 +310,16 @@ def build_parser() -> argparse.ArgumentParser:
     sim.set_defaults(run=_sim)
 
     sw = sub.add_parser("sweep", help="policies x arrival rates: latency tables, capacities, plot")
-    sw.add_argument("--workload", choices=WORKLOADS, required=True)
-    sw.add_argument("--policies", type=_policy_list, default=list(BASELINES),
-                    help="comma-separated baselines (default: all)")
+    _add_policy_run_arguments(sw, programs=100, out_files="sweep_<workload>.md/.png")
     sw.add_argument("--rates", type=_rate_list, default=[0.05, 0.1, 0.2, 0.4],
                     help="comma-separated program arrival rates per second")
-    sw.add_argument("--programs", type=_positive_int, default=100)
-    sw.add_argument("--seed", type=int, default=0)
-    sw.add_argument("--preset", choices=sorted(GPU_PRESETS), default="a100-80g")
-    sw.add_argument("--model", choices=sorted(MODEL_PRESETS), default="llama-3.1-8b")
-    sw.add_argument("--target", type=_positive_float, default=None,
-                    help="latency target in s/token (default: derived from unloaded vllm)")
-    sw.add_argument("--out", default="bench/results", help="folder for sweep_<workload>.md/.png")
-    sw.add_argument("--no-progress", action="store_true", help="no progress bar")
     sw.set_defaults(run=_sweep)
 
     cap = sub.add_parser("capacity", help="each policy's capacity by bracketing and bisection")
-    cap.add_argument("--workload", choices=WORKLOADS, required=True)
-    cap.add_argument("--policies", type=_policy_list, default=list(BASELINES),
-                     help="comma-separated baselines (default: all)")
-    cap.add_argument("--programs", type=_positive_int, default=300)
-    cap.add_argument("--seed", type=int, default=0)
+    _add_policy_run_arguments(cap, programs=300, out_files="capacity_<workload>.*")
     cap.add_argument("--start-rate", type=_positive_float, default=1.0,
                      help="first rate tried for every policy (programs/s)")
     cap.add_argument("--iterations", type=int, default=3, help="bisection steps per policy")
-    cap.add_argument("--preset", choices=sorted(GPU_PRESETS), default="a100-80g")
-    cap.add_argument("--model", choices=sorted(MODEL_PRESETS), default="llama-3.1-8b")
-    cap.add_argument("--target", type=_positive_float, default=None,
-                     help="latency target in s/token (default: derived from unloaded vllm)")
-    cap.add_argument("--out", default="bench/results", help="folder for capacity_<workload>.*")
-    cap.add_argument("--no-progress", action="store_true", help="no progress bar")
     cap.set_defaults(run=_capacity)
 
     ca = sub.add_parser("calibrate", help="fit the cost model to the real engine on this CPU "
