@@ -2,6 +2,7 @@
 through the engine with the simulated executor and prints program-level metrics; `agentix bench
 sweep` runs several policies over several arrival rates and reports each policy's capacity;
 `agentix bench capacity` searches each policy's capacity by bracketing and bisection;
+`agentix bench sensitivity` varies one scheduler knob at a time;
 `agentix bench calibrate` fits the cost model to the real engine on this machine and checks the
 simulator against the real engine on a scaled-down trace."""
 
@@ -291,6 +292,36 @@ def _add_policy_run_arguments(parser: argparse.ArgumentParser, programs: int,
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+def _knob_list(text: str) -> list[str]:
+    from bench.sensitivity import KNOBS
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in KNOBS]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"knobs must be a comma-separated list of "
+                                         f"{sorted(KNOBS)}, got {text!r}")
+    return names
+
+
+def _sensitivity(args: argparse.Namespace) -> None:
+    import shlex
+    import sys
+
+    from bench.sensitivity import KNOBS, knob_tables, run_knobs, write_outputs
+
+    knobs = {k: KNOBS[k] for k in (args.knobs or KNOBS)}
+    points = run_knobs(args.workload, args.rate, args.programs, args.seed, args.policy, knobs,
+                       progress=not args.no_progress)
+    argv = sys.argv[1:] if args.argv is None else args.argv
+    command = "agentix bench " + " ".join(shlex.quote(a) for a in argv)
+    header = (f"```\n{command}\n```\n\n{args.policy}, {args.programs} programs at "
+              f"{args.rate:g}/s (seed {args.seed}), simulated A100-80GB + Llama-3.1-8B; "
+              f"latencies in s/token.")
+    print(knob_tables(points))
+    md, png = write_outputs(points, args.workload, args.out, header)
+    print(f"wrote {md} and {png}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentix bench", description=__doc__)
     sub = parser.add_subparsers(dest="bench_command", required=True)
@@ -321,6 +352,19 @@ def build_parser() -> argparse.ArgumentParser:
                      help="first rate tried for every policy (programs/s)")
     cap.add_argument("--iterations", type=int, default=3, help="bisection steps per policy")
     cap.set_defaults(run=_capacity)
+
+    se = sub.add_parser("sensitivity", help="one scheduler knob at a time (K, quantum, beta, "
+                        "multistep) on one trace")
+    se.add_argument("--workload", choices=WORKLOADS, required=True)
+    se.add_argument("--rate", type=_positive_float, required=True)
+    se.add_argument("--programs", type=_positive_int, default=300)
+    se.add_argument("--seed", type=int, default=0)
+    se.add_argument("--policy", choices=sorted(BASELINES), default="atlas")
+    se.add_argument("--knobs", type=_knob_list, default=None,
+                    help="comma-separated knobs (default: all)")
+    se.add_argument("--out", default="bench/results")
+    se.add_argument("--no-progress", action="store_true", help="no progress bar")
+    se.set_defaults(run=_sensitivity)
 
     ca = sub.add_parser("calibrate", help="fit the cost model to the real engine on this CPU "
                         "and check the simulator against it on a scaled-down mixed trace")

@@ -80,8 +80,9 @@ def compute_metrics(records: Sequence[ProgramRecord]) -> Metrics:
 
 
 def metrics_by_workload(records: Sequence[WorkloadRecord]) -> dict[str, Metrics]:
-    """`compute_metrics` over each workload's programs, in first-seen order: which kind of program a policy helps or hurts inside a mixed run."""
-    groups: dict[str, list[ProgramRecord]] = {}
+    """`compute_metrics` over each workload's programs, in first-seen order: which kind of
+    program a policy helps or hurts inside a mixed run."""
+    groups: dict[str, list[WorkloadRecord]] = {}
     for record in records:
         groups.setdefault(record.workload, []).append(record)
     return {name: compute_metrics(group) for name, group in groups.items()}

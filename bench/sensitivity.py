@@ -1,6 +1,7 @@
 """Sensitivity of a policy to one scheduler knob at a time, in the simulator.
 
-`python -m bench.sensitivity --workload mixed --rate 1 --programs 300` replays one trace under
+`agentix bench sensitivity --workload mixed --rate 5 --programs 500` (or `python -m
+bench.sensitivity ...`) replays one trace under
 `atlas` (the baseline's engine features: chunked prefill, prefix caching, `auto` preemption,
 multistep 4) once per value of each knob in `KNOBS`, every other knob at its default, and writes
 `sensitivity_<workload>.md` (a table per knob: mean / P95 / P99 normalized latency, throughput,
@@ -10,8 +11,6 @@ against each knob's value). Pick a rate near the policy's capacity: unloaded, no
 
 from __future__ import annotations
 
-import argparse
-import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,39 +142,12 @@ def write_outputs(points: Sequence[KnobPoint], workload: str, out_dir: str | Pat
     return md_path, png_path
 
 
-def _knob_list(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in KNOBS]
-    if not names or unknown:
-        raise argparse.ArgumentTypeError(f"knobs must be a comma-separated list of "
-                                         f"{sorted(KNOBS)}, got {text!r}")
-    return names
-
-
 def main(argv: list[str] | None = None) -> None:
-    from bench.cli import WORKLOADS, _positive_float, _positive_int
+    """`python -m bench.sensitivity ARGS` is `agentix bench sensitivity ARGS`."""
+    from bench.cli import main as bench_main
 
-    parser = argparse.ArgumentParser(prog="python -m bench.sensitivity", description=__doc__)
-    parser.add_argument("--workload", choices=WORKLOADS, required=True)
-    parser.add_argument("--rate", type=_positive_float, required=True)
-    parser.add_argument("--programs", type=_positive_int, default=300)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--policy", choices=sorted(BASELINES), default="atlas")
-    parser.add_argument("--knobs", type=_knob_list, default=list(KNOBS))
-    parser.add_argument("--out", default="bench/results")
-    parser.add_argument("--no-progress", action="store_true")
-    args = parser.parse_args(argv)
-    points = run_knobs(args.workload, args.rate, args.programs, args.seed, args.policy,
-                       {k: KNOBS[k] for k in args.knobs}, progress=not args.no_progress)
-    command = "python -m bench.sensitivity " + " ".join(
-        shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
-    header = (f"```\n{command}\n```\n\n{args.policy}, {args.programs} programs at {args.rate:g}/s "
-              f"(seed {args.seed}), simulated A100-80GB + Llama-3.1-8B; latencies in s/token.")
-    print(knob_tables(points))
-    md, png = write_outputs(points, args.workload, args.out, header)
-    print(f"wrote {md} and {png}")
+    bench_main(["sensitivity", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":
     main()
-

@@ -41,10 +41,9 @@ class SimulatedExecutor:
 
     Swaps: each non-empty direction (out, then in) is one bulk transfer costing
     `cost_model.swap_seconds(len(pairs), bytes_per_block)`; they add to the step time and are
-    reported as `swap_seconds`. Counters (`num_steps`, `num_tokens_computed` (prefill and
-    decode tokens run, so prefill recomputed after an eviction shows), `num_swap_transfers`,
-    `busy_seconds`,
-    `swap_seconds_total`) are read by the driver.
+    reported as `swap_seconds`. Counters read by the driver: `num_steps`,
+    `num_tokens_computed` (prefill and decode tokens run, so prefill recomputed after an
+    eviction shows), `num_swap_transfers`, `busy_seconds`, `swap_seconds_total`.
     """
 
     def __init__(self, cost_model: CostModel, clock: VirtualClock, block_size: int = 16) -> None:

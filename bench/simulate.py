@@ -181,7 +181,7 @@ def simulate(trace: Trace, policy: str, preset: str = "a100-80g", model: str = "
     engine = LLMEngine(EngineConfig(model=str(model_dir_for(cost.model)), **config),
                        executor=executor, clock=clock)
     driver = Driver(engine, clock, cost, PromptMaker(cost.model.vocab),
-                     use_oracle=config["policy"] == "oracle")
+                    use_oracle=config["policy"] == "oracle")
     driver.run(trace)
     engine.check_integrity()
     scheduler = engine.scheduler
@@ -261,8 +261,7 @@ class Driver:
             params = self.params[call.output_len] = SamplingParams(max_tokens=call.output_len,
                                                                    ignore_eos=True)
         prompt = self.prompts.prompt(program.index, call, program.trace)
-        self.engine.add_call(program.engine_id, prompt, params,
-                             call_id=key)
+        self.engine.add_call(program.engine_id, prompt, params, call_id=key)
         self.by_call_id[key] = (program, call)
         self.call_start[key] = self.clock.now
 

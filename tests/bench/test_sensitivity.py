@@ -1,6 +1,7 @@
 import pytest
 
 import bench.sensitivity as sens
+from bench import cli
 from bench.sensitivity import KnobPoint, default_value, knob_tables, run_knobs, write_outputs
 from bench.trace import Trace, TraceCall, TraceProgram
 
@@ -81,6 +82,7 @@ def test_write_outputs(tmp_path):
 
 
 def test_cli_rejects_unknown_knob(capsys):
-    with pytest.raises(SystemExit):
-        sens.main(["--workload", "mixed", "--rate", "1", "--knobs", "block_size"])
-    assert "knobs must be a comma-separated list" in capsys.readouterr().err
+    for main, args in ((sens.main, []), (cli.main, ["sensitivity"])):
+        with pytest.raises(SystemExit):
+            main(args + ["--workload", "mixed", "--rate", "1", "--knobs", "block_size"])
+        assert "knobs must be a comma-separated list" in capsys.readouterr().err
