@@ -18,14 +18,15 @@ from typing import Sequence
 from bench.sim_call import SimCall
 from kvcache.manager import KVCacheManager
 from scheduler.config import SchedulerConfig
-from scheduler.policy import make_policy
+from scheduler.policies import make_policy
 from scheduler.scheduler import Scheduler
 
 
 def measure(num_programs: int, running: int, waiting: int, steps: int, policy: str) -> dict:
     """Median and p90 seconds of `Scheduler.schedule` over `steps` decisions."""
     block_size, prompt = 16, 64
-    kv = KVCacheManager(num_blocks=running * 16, block_size=block_size)
+    kv = KVCacheManager(num_blocks=running * 16, block_size=block_size,
+                        num_host_blocks=running * 16, enable_prefix_caching=True)
     scheduler = Scheduler(SchedulerConfig(max_num_seqs=running, max_num_batched_tokens=
                                           running * prompt + running, service_mode="tokens",
                                           quantum_base=64, program_ttl=1e9), kv,
@@ -45,12 +46,10 @@ def measure(num_programs: int, running: int, waiting: int, steps: int, policy: s
         if step > 0:  # the first decision admits everything: not a steady state
             times.append(elapsed)
         now += 1.0
-        scheduler.charge(plan, 1.0)
-        for chunk in plan.chunks:
-            chunk.call.advance(chunk.start, chunk.num_tokens, 7 if chunk.samples else None)
+        scheduler.update(plan, [7 if c.samples else None for c in plan.chunks], now)
     scheduler.check_integrity()
     return {"programs": num_programs, "running": len(scheduler.running),
-            "waiting": len(scheduler.queued), "median_ms": statistics.median(times) * 1e3,
+            "waiting": scheduler.num_waiting, "median_ms": statistics.median(times) * 1e3,
             "p90_ms": statistics.quantiles(times, n=10)[-1] * 1e3,
             "preemptions": scheduler.num_preemptions}
 

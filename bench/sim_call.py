@@ -40,8 +40,5 @@ class SimCall:
     def num_remaining_tokens(self) -> int:
         return self.output_len - self.num_generated
 
-    def advance(self, start: int, num_tokens: int, sampled_token: int | None) -> None:
-        """Apply one executed chunk: its tokens are computed, and a sampled token appended."""
-        self.num_computed_tokens = start + num_tokens
-        if sampled_token is not None:
-            self.all_token_ids.append(sampled_token)
+    def stop_reason(self, token: int) -> str | None:
+        return "length" if self.num_remaining_tokens <= 0 else None

@@ -28,6 +28,7 @@ class Call:
     arrival_index: int
     max_model_len: int
     program_id: str | None = None
+    eos_token_ids: frozenset[int] = frozenset()
     status: CallStatus = CallStatus.WAITING
     all_token_ids: list[int] = field(default_factory=list)
     num_computed_tokens: int = 0
@@ -61,6 +62,16 @@ class Call:
     def num_remaining_tokens(self) -> int:
         """Tokens it may still generate: up to `max_tokens` and the model's context."""
         return self._token_limit - len(self.all_token_ids)
+
+    def stop_reason(self, token: int) -> str | None:
+        """STOP for a stop token id or (unless `ignore_eos`) an EOS id, LENGTH once the token
+        limit is reached, else None; stop strings are the engine's (they need the text)."""
+        p = self.params
+        if token in p.stop_token_ids or (not p.ignore_eos and token in self.eos_token_ids):
+            return FinishReason.STOP
+        if self.num_remaining_tokens <= 0:
+            return FinishReason.LENGTH
+        return None
 
     @property
     def is_finished(self) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from scheduler.config import SchedulerConfig
-from scheduler.policy import POLICIES
+from scheduler.policies import PolicySpec, policy_name
 
 DTYPES = ("float32", "float16", "bfloat16", "float64")
 SCHEDULER_FIELDS = frozenset(f.name for f in fields(SchedulerConfig)) - {"bytes_per_block"}
@@ -17,7 +17,8 @@ class EngineConfig:
     """Everything an `LLMEngine` needs to know before it loads a model.
 
     `num_kv_blocks` counts device blocks including the reserved null block 0; `None` sizes the
-    pool from `kv_cache_memory_gb`. The scheduler's fields (batch limits, `policy`'s queues,
+    pool from `kv_cache_memory_gb`. `policy` is a registered name (`scheduler.policies`) or a
+    Policy class. The scheduler's fields (batch limits, `policy`'s queues,
     anti-starvation, preemption, `multistep`, `service_mode`, `program_ttl`) have the same
     names and meaning as in `scheduler.config.SchedulerConfig`, which validates them.
     """
@@ -31,7 +32,7 @@ class EngineConfig:
     num_host_blocks: int = 0
     max_model_len: int | None = None
     enable_prefix_caching: bool = False
-    policy: str = "fcfs"
+    policy: PolicySpec = "fcfs"
     seed: int = 0
     # scheduler (see SchedulerConfig)
     max_num_seqs: int = _SCHEDULER_DEFAULTS.max_num_seqs
@@ -52,6 +53,13 @@ class EngineConfig:
     host_link_bandwidth: float = _SCHEDULER_DEFAULTS.host_link_bandwidth
     swap_latency: float = _SCHEDULER_DEFAULTS.swap_latency
     prefill_tokens_per_second: float = _SCHEDULER_DEFAULTS.prefill_tokens_per_second
+    measure_rates: bool = _SCHEDULER_DEFAULTS.measure_rates
+    kv_memory: str = _SCHEDULER_DEFAULTS.kv_memory
+    retention_budget: float = _SCHEDULER_DEFAULTS.retention_budget
+    retention_prior_seconds: float = _SCHEDULER_DEFAULTS.retention_prior_seconds
+    retention_ttl_factor: float = _SCHEDULER_DEFAULTS.retention_ttl_factor
+    retention_max_seconds: float = _SCHEDULER_DEFAULTS.retention_max_seconds
+    program_service_halflife: float | None = _SCHEDULER_DEFAULTS.program_service_halflife
 
     def __post_init__(self) -> None:
         if self.block_size <= 0:
@@ -68,8 +76,9 @@ class EngineConfig:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.preemption_mode == "swap" and self.num_host_blocks == 0:
             raise ValueError("preemption_mode='swap' needs num_host_blocks > 0")
-        if self.policy not in POLICIES:
-            raise ValueError(f"policy must be one of {sorted(POLICIES)}, got {self.policy!r}")
+        policy_name(self.policy)
+        if self.preemption_mode == "keep" and not self.enable_prefix_caching:
+            raise ValueError("preemption_mode='keep' needs enable_prefix_caching")
         self.scheduler_config(bytes_per_block=0)
 
     def scheduler_config(self, bytes_per_block: int) -> SchedulerConfig:

@@ -20,11 +20,12 @@ from engine.tokenizer import load_tokenizer
 from kvcache.kv_tensor import KVCacheSpec
 from kvcache.manager import KVCacheManager
 from scheduler.plan import SchedulePlan
-from scheduler.policy import make_policy
+from scheduler.policies import make_policy
 from scheduler.process_table import CallRecord, ProgramRecord
 from scheduler.scheduler import Scheduler
 
 Prompt = str | Sequence[int]
+MAX_EXPECTED_TOOL_SECONDS = 86_400.0
 
 
 class LLMEngine:
@@ -91,10 +92,18 @@ class LLMEngine:
     # ----- calls ------------------------------------------------------------------------
     def add_call(self, program_id: str | None, prompt: Prompt,
                  params: SamplingParams | None = None, thread_id: str | None = None,
-                 call_id: str | None = None, tenant: str | None = None) -> str:
+                 call_id: str | None = None, tenant: str | None = None,
+                 expected_tool_seconds: float | None = None) -> str:
         """Queue a call of an active program (None: a fresh one-call program of `tenant`
-        that ends with the call). Everything is validated before anything is recorded."""
+        that ends with the call). `expected_tool_seconds` hints how long the tool call after
+        this call takes (how long to keep the program's KV). Everything is validated before
+        anything is recorded."""
         params = params or SamplingParams()
+        if expected_tool_seconds is not None and not (
+                isinstance(expected_tool_seconds, (int, float))
+                and 0 <= expected_tool_seconds <= MAX_EXPECTED_TOOL_SECONDS):
+            raise ValueError(f"expected_tool_seconds must be in [0, "
+                             f"{MAX_EXPECTED_TOOL_SECONDS:g}], got {expected_tool_seconds!r}")
         if not isinstance(params, SamplingParams):
             raise ValueError(f"params must be SamplingParams, got {type(params).__name__}")
         token_ids = self.tokenize_prompt(prompt)
@@ -108,9 +117,10 @@ class LLMEngine:
         if program_id is None:
             program_id = self.scheduler.start_program(now, f"call:{call_id}:{index}", tenant,
                                                       ephemeral=True)
-        call = Call(call_id, token_ids, params, now, index, self.max_model_len, program_id)
+        call = Call(call_id, token_ids, params, now, index, self.max_model_len, program_id,
+                    self.eos_token_ids)
         self.calls[call_id] = call
-        self.scheduler.add(call, now, program_id, thread_id)
+        self.scheduler.add(call, now, program_id, thread_id, expected_tool_seconds)
         return call_id
 
     def abort_call(self, call_id: str) -> None:
@@ -158,47 +168,20 @@ class LLMEngine:
         return self.apply(plan, result)
 
     def apply(self, plan: SchedulePlan, result: StepResult) -> list[StepOutput]:
-        """Charge service, append sampled tokens, stop calls that are done, cache blocks.
-        Also returns the final outputs of calls aborted since the last step."""
-        self.scheduler.charge(plan, self.clock() - plan.created_at)
-        self._charge_swap_time(plan, result.swap_seconds)
+        """Hand the step to the scheduler (service, tokens, blocks, stop tokens and lengths),
+        then cut stop strings and fix the results of finished calls. Also returns the final
+        outputs of calls aborted since the last step."""
+        sampled = self.scheduler.update(plan, result.tokens, self.clock(), result.swap_seconds)
         outputs, self._aborted = self._aborted, []
-        for chunk, token in zip(plan.chunks, result.tokens):
-            call = chunk.call
-            if call.is_finished:
-                continue
-            call.num_computed_tokens = chunk.start + chunk.num_tokens
-            if token is None:
-                self._cache_blocks(call)
-                continue
-            call.all_token_ids.append(token)
-            self._cache_blocks(call)
-            reason = self._stop_reason(call, token)
-            if reason:
+        for item in sampled:
+            call, reason = item.call, item.finish_reason
+            if reason is not None:
+                self._set_result(call, reason, item.record)
+            elif call.params.stop and self._cut_stop_string(call):
+                reason = FinishReason.STOP
                 self._finish(call, reason)
-            outputs.append(StepOutput(call.call_id, [token], reason is not None, reason))
+            outputs.append(StepOutput(call.call_id, [item.token], reason is not None, reason))
         return outputs
-
-    def _cache_blocks(self, call: Call) -> None:
-        if self.config.enable_prefix_caching:
-            self.kv.cache_blocks(call.call_id, call.all_token_ids, call.num_computed_tokens)
-
-    def _charge_swap_time(self, plan: SchedulePlan, seconds: float) -> None:
-        """Split the step's swap time evenly over the programs of the swapped calls."""
-        for call_id in plan.swapped:
-            call = self.calls.get(call_id)
-            if call is not None and call.program_id in self.scheduler.table:
-                self.get_program(call.program_id).swap_time += seconds / len(plan.swapped)
-
-    def _stop_reason(self, call: Call, token: int) -> str | None:
-        p = call.params
-        if token in p.stop_token_ids or (not p.ignore_eos and token in self.eos_token_ids):
-            return FinishReason.STOP
-        if p.stop and self._cut_stop_string(call):
-            return FinishReason.STOP
-        if call.num_remaining_tokens <= 0:
-            return FinishReason.LENGTH
-        return None
 
     def _cut_stop_string(self, call: Call) -> bool:
         text = self.tokenizer.decode(call.output_token_ids) if self.tokenizer else ""
@@ -208,8 +191,7 @@ class LLMEngine:
         return bool(hits)
 
     def _finish(self, call: Call, reason: str) -> None:
-        record = self.scheduler.records[call.call_id]
-        self.scheduler.finish(call, self.clock())
+        record = self.scheduler.finish(call, self.clock())
         if reason == FinishReason.ABORT:
             self._mark_aborted(call, record)
         else:

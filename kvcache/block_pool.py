@@ -1,21 +1,30 @@
-"""Device block ids with ref counts, an LRU free list and the prefix-cache index."""
+"""Device block ids with ref counts, a ranked free list and the prefix-cache index."""
 
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 
 from kvcache.errors import KVCacheIntegrityError
+from kvcache.prefix_index import PrefixIndex
+from kvcache.ranked_free_list import RankedFreeList
+
+# Called for each cached block an allocation evicts: (block, hash, token ids, rank, owner).
+EvictionHook = Callable[[int, int, tuple[int, ...], float, Hashable], None]
 
 
 class BlockPool:
     """Owns block ids `0..num_blocks-1`: who holds them (ref counts) and what they cache.
 
     Block 0 is the null block when `reserve_null_block`: never handed out, never free or used.
-    A block with ref count 0 sits on the free list, least recently freed at the head; it may
-    still be in the prefix index ("cached free") and can be revived by `incref` until
-    `allocate` takes it, which evicts it from the index. The pool only counts owners; who they
-    are is the caller's business (`check_integrity` compares against the caller's view).
+    A block with ref count 0 is free. A free block without cached content sits on a plain
+    FIFO list; a free block still in the prefix index ("cached free") sits on a ranked list
+    with the rank and owner given when it was freed, and can be revived by `incref` until an
+    allocation evicts it. Allocation takes plain blocks first, then cached ones lowest rank
+    first, least recently freed first inside a rank; it may be limited to ranks up to a bound
+    (admission control). Ranks are opaque numbers: the pool knows no policy. The pool only
+    counts owners; who they are is the caller's business (`check_integrity` compares against
+    the caller's view).
     """
 
     def __init__(self, num_blocks: int, reserve_null_block: bool = True) -> None:
@@ -26,10 +35,9 @@ class BlockPool:
         self.null_block: int | None = 0 if reserve_null_block else None
         self._first = first
         self._refs = [0] * num_blocks
-        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(first, num_blocks))
-        self._index: dict[int, int] = {}  # block hash -> block id
-        self._hash_of: dict[int, int] = {}  # cached block id -> its hash
-        self._tokens_of: dict[int, tuple[int, ...]] = {}  # cached block id -> its token ids
+        self._plain: OrderedDict[int, None] = OrderedDict.fromkeys(range(first, num_blocks))
+        self._cached = RankedFreeList()
+        self._index = PrefixIndex("block")
 
     @property
     def num_usable(self) -> int:
@@ -39,12 +47,16 @@ class BlockPool:
     @property
     def num_free(self) -> int:
         """Blocks with ref count 0, including cached ones that can still be revived."""
-        return len(self._free)
+        return len(self._plain) + len(self._cached)
 
     @property
     def num_cached_free(self) -> int:
         """Blocks with ref count 0 that are still findable in the prefix index."""
-        return sum(1 for block in self._hash_of if self._refs[block] == 0)
+        return len(self._cached)
+
+    def num_evictable(self, max_rank: float = float("inf")) -> int:
+        """Free blocks an allocation limited to `max_rank` may take."""
+        return len(self._plain) + self._cached.count_at_most(max_rank)
 
     def ref_count(self, block_id: int) -> int:
         """Number of owners of `block_id` (always 0 for the null block)."""
@@ -54,32 +66,48 @@ class BlockPool:
 
     def is_cached(self, block_id: int) -> bool:
         """Whether the block is in the prefix index (whatever its ref count)."""
-        return block_id in self._hash_of
+        return block_id in self._index
 
-    def allocate(self, n: int) -> list[int] | None:
-        """Take `n` blocks from the head of the free list, each with ref count 1.
+    def free_rank(self, block_id: int) -> float | None:
+        """The rank of a cached free block, None for any other block."""
+        return self._cached.rank_of(block_id) if block_id in self._cached else None
 
-        Returns None and changes nothing when fewer than `n` blocks are free. A taken block
-        that was cached is evicted from the prefix index: its content is about to be overwritten.
+    def allocate(self, n: int, max_rank: float = float("inf"),
+                 on_evict: EvictionHook | None = None) -> list[int] | None:
+        """Take `n` blocks, each with ref count 1: plain free blocks first, then cached free
+        blocks of rank <= `max_rank`, lowest rank first.
+
+        Returns None and changes nothing when fewer than `n` such blocks are free. A taken
+        cached block leaves the prefix index (its content is about to be overwritten);
+        `on_evict` hears of it first, so its content can still be copied out this step.
         """
         if n < 0:
             raise ValueError(f"n must be >= 0, got {n}")
-        if n > len(self._free):
+        if n > len(self._plain) and n > self.num_evictable(max_rank):
             return None
         blocks = []
         for _ in range(n):
-            block, _ = self._free.popitem(last=False)
-            self._evict(block)
+            if self._plain:
+                block, _ = self._plain.popitem(last=False)
+            else:
+                block, rank = self._cached.lowest()  # type: ignore[misc]
+                owner = self._cached.owner_of(block)
+                self._cached.remove(block)
+                if on_evict is not None:
+                    block_hash, tokens = self._index.entry(block)
+                    on_evict(block, block_hash, tokens, rank, owner)
+                self._index.remove(block)
             self._refs[block] = 1
             blocks.append(block)
         return blocks
 
-    def free(self, block_ids: Sequence[int]) -> None:
-        """Drop one ref from each block, last block first; blocks reaching 0 join the tail.
+    def free(self, block_ids: Sequence[int], owner: Hashable = None, rank: float = 0.0) -> None:
+        """Drop one ref from each block, last block first; a block reaching 0 becomes the most
+        recent free block: cached ones with `rank` and `owner`, others on the plain list.
 
-        Give a call's table in table order: its tail blocks then become free (and so evicted)
-        before its prefix blocks. Raises KVCacheIntegrityError, changing nothing, if a block
-        would drop below ref count 0.
+        Give a call's table in table order: its tail blocks are then evicted before its prefix
+        blocks. Raises KVCacheIntegrityError, changing nothing, if a block would drop below
+        ref count 0.
         """
         for block, count in Counter(block_ids).items():
             if self._refs[self._check_id(block)] < count:
@@ -89,13 +117,23 @@ class BlockPool:
         for block in reversed(block_ids):
             self._refs[block] -= 1
             if self._refs[block] == 0:
-                self._free[block] = None
+                if block in self._index:
+                    self._cached.add(block, rank, owner)
+                else:
+                    self._plain[block] = None
+
+    def set_rank(self, owner: Hashable, rank: float) -> int:
+        """Re-rank every cached free block last freed by `owner`; returns how many moved."""
+        return self._cached.set_rank(owner, rank)
 
     def incref(self, block_ids: Iterable[int]) -> None:
         """Add one ref to each block; a free block leaves the free list, keeping its content."""
         for block in block_ids:
             if self._refs[self._check_id(block)] == 0:
-                del self._free[block]
+                if block in self._cached:
+                    self._cached.remove(block)
+                else:
+                    del self._plain[block]
             self._refs[block] += 1
 
     def register(self, block_id: int, block_hash: int, token_ids: Sequence[int]) -> None:
@@ -107,27 +145,26 @@ class BlockPool:
         """
         if self._refs[self._check_id(block_id)] == 0:
             raise KVCacheIntegrityError(f"block {block_id}: registered while free")
-        if block_hash in self._index:
+        if self._index.has_hash(block_hash):
             return
-        if block_id in self._hash_of:
+        if block_id in self._index:
             raise KVCacheIntegrityError(f"block {block_id}: already cached under another hash")
-        self._index[block_hash] = block_id
-        self._hash_of[block_id] = block_hash
-        self._tokens_of[block_id] = tuple(token_ids)
+        self._index.add(block_id, block_hash, token_ids)
 
     def lookup(self, block_hash: int, token_ids: Sequence[int]) -> int | None:
         """The cached block with this hash AND these token ids, else None. Changes nothing."""
-        block = self._index.get(block_hash)
-        if block is None or self._tokens_of[block] != tuple(token_ids):
-            return None
-        return block
+        return self._index.lookup(block_hash, token_ids)
+
+    def has_hash(self, block_hash: int) -> bool:
+        return self._index.has_hash(block_hash)
 
     def check_integrity(self, expected_refs: Mapping[int, int]) -> None:
         """Raise KVCacheIntegrityError unless the pool agrees with `expected_refs`.
 
         `expected_refs` maps block id -> number of owners; absent blocks must have ref 0.
-        Checks: every ref count; the free list holds exactly the ref-0 usable blocks, each once
-        (so free + used == usable); the prefix index and its reverse maps agree.
+        Checks: every ref count; the free lists hold exactly the ref-0 usable blocks, each once
+        (so free + cached + used == usable); cached free blocks are exactly the indexed free
+        ones; the prefix index and its reverse maps agree.
         """
         for block, expected in expected_refs.items():
             if expected and not self._first <= block < self.num_blocks:
@@ -138,28 +175,20 @@ class BlockPool:
                 raise KVCacheIntegrityError(
                     f"block {block}: ref count {self._refs[block]}, expected {expected}"
                 )
-        zero = [b for b in range(self._first, self.num_blocks) if self._refs[b] == 0]
-        if sorted(self._free) != zero:
-            stray = min(set(self._free).symmetric_difference(zero))
+        zero = {b for b in range(self._first, self.num_blocks) if self._refs[b] == 0}
+        plain, cached = set(self._plain), set(self._cached)
+        if plain & cached or (plain | cached) != zero:
+            stray = min((plain & cached) or (plain | cached).symmetric_difference(zero))
             raise KVCacheIntegrityError(
-                f"block {stray}: free list ({len(self._free)} blocks) disagrees with ref counts "
-                f"({len(zero)} free + {self.num_usable - len(zero)} used)"
+                f"block {stray}: free lists ({len(plain)} plain + {len(cached)} cached) "
+                f"disagree with ref counts ({len(zero)} free + {self.num_usable - len(zero)} used)"
             )
-        for block_hash, block in self._index.items():
-            if self._hash_of.get(block) != block_hash or block not in self._tokens_of:
-                raise KVCacheIntegrityError(f"block {block}: index entry has a stale hash")
-        for block, block_hash in self._hash_of.items():
-            if self._index.get(block_hash) != block:
-                raise KVCacheIntegrityError(f"block {block}: cached but not in the index")
-        orphans = self._tokens_of.keys() - self._hash_of.keys()
-        if orphans:
-            raise KVCacheIntegrityError(f"block {min(orphans)}: token ids kept but not cached")
-
-    def _evict(self, block: int) -> None:
-        block_hash = self._hash_of.pop(block, None)
-        if block_hash is not None:
-            del self._index[block_hash]
-            del self._tokens_of[block]
+        indexed = self._index.blocks()
+        wrong = (cached - indexed) | (plain & indexed)
+        if wrong:
+            raise KVCacheIntegrityError(f"block {min(wrong)}: on the wrong free list for its "
+                                        f"cache state")
+        self._index.check_integrity()
 
     def _check_id(self, block_id: int) -> int:
         if not self._first <= block_id < self.num_blocks:

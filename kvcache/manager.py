@@ -23,14 +23,35 @@ class _CallBlocks:
     num_registered: int = 0  # leading device blocks already offered to the prefix index
 
 
+@dataclass(frozen=True)
+class _Offload:
+    """A cached device block being copied to `host_block` this step."""
+
+    host_block: int
+    block_hash: int
+    token_ids: tuple[int, ...]
+    rank: float
+    owner: Hashable
+
+
 class KVCacheManager:
     """Maps opaque call ids to block tables; the only writer of the pools it owns.
 
     Device block 0 is the reserved null block. A call owns one ref on each block of its table
     (prefix-cache hits share blocks across calls) until `free` or `swap_out`. A swapped call
     owns host blocks instead, one per former device block, and keeps its chain hashes.
-    Nothing here touches tensors: `swap_out` / `swap_in` return the copies the executor must
-    make in the same step, before anything else writes those blocks (swap-outs first).
+
+    Two tiers of prefix cache: freed cached blocks stay findable on the device, ranked by the
+    caller (`free(..., owner, rank)`, `set_rank`); once `enable_offload(min_rank)`, a cached
+    block of rank >= `min_rank` that an allocation evicts is copied to a host block instead of being dropped,
+    and `fetch_prefix` copies such blocks back for a later hit. A hash is cached on at most one
+    tier at a time.
+
+    Nothing here touches tensors: `swap_out`, `swap_in`, `fetch_prefix` and `take_offloads`
+    return the copies the executor must make in the same step, before anything else writes
+    those blocks (device-to-host copies first). Host blocks read by this step's copies, and
+    host blocks being written by its offloads, are held until `end_step` (call it once the
+    step has run), so no copy of a step can clobber another.
     """
 
     def __init__(
@@ -48,9 +69,21 @@ class KVCacheManager:
             raise ValueError(f"num_host_blocks must be >= 0, got {num_host_blocks}")
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
+        self.offload_min_rank: float | None = None
         self.pool = BlockPool(num_blocks, reserve_null_block=True)
         self.host_pool = HostBlockPool(num_host_blocks)
         self._calls: dict[Hashable, _CallBlocks] = {}
+        self._offload_pairs: list[tuple[int, int]] = []  # (device, host) owed this step
+        self._offloaded: list[_Offload] = []  # stored on host at end_step
+        self._host_in_flight: list[int] = []  # host blocks read by this step's copies
+        self.num_offloaded_blocks = 0
+        self.num_fetched_blocks = 0
+
+    def enable_offload(self, min_rank: float) -> None:
+        """From now on, evicted cached blocks of rank >= `min_rank` are copied to host blocks
+        (no effect without prefix caching or host blocks)."""
+        if self.enable_prefix_caching and self.host_pool.num_blocks > 0:
+            self.offload_min_rank = min_rank
 
     @property
     def num_free_blocks(self) -> int:
@@ -59,6 +92,10 @@ class KVCacheManager:
     @property
     def num_free_host_blocks(self) -> int:
         return self.host_pool.num_free
+
+    def num_evictable_blocks(self, max_rank: float = float("inf")) -> int:
+        """Device blocks an allocation limited to `max_rank` may take."""
+        return self.pool.num_evictable(max_rank)
 
     def block_table(self, call_id: Hashable) -> list[int]:
         """The call's device block ids in order ([] if it has none), as a read-only view: do
@@ -83,7 +120,7 @@ class KVCacheManager:
         return max(0, -(-num_tokens // self.block_size) - (len(state.device) if state else 0))
 
     def match_prefix(self, call_id: Hashable, token_ids: Sequence[int]) -> int:
-        """Adopt the longest run of cached full blocks of `token_ids` as the call's table.
+        """Adopt the longest run of device-cached full blocks of `token_ids` as the call's table.
 
         For a call without blocks. The hit leaves at least one token to compute, so it covers
         at most `len(token_ids) - 1` tokens, in whole blocks. Each hit block gains one ref
@@ -97,7 +134,7 @@ class KVCacheManager:
             raise ValueError(f"call_id {call_id!r} already has blocks")
         size = self.block_size
         hits: list[int] = []
-        for i in range(max(0, (len(token_ids) - 1) // size)):
+        for i in range(self._max_hit_blocks(token_ids)):
             block_hash = self._chain_hashes(state, token_ids, i + 1)[i]
             block = self.pool.lookup(block_hash, token_ids[i * size:(i + 1) * size])
             if block is None:
@@ -108,8 +145,51 @@ class KVCacheManager:
         state.num_registered = len(hits)
         return len(hits) * size
 
-    def allocate(self, call_id: Hashable, num_tokens: int) -> bool:
-        """Grow the call's table to cover `num_tokens` tokens; False, changing nothing, if short.
+    def host_prefix_blocks(self, call_id: Hashable, token_ids: Sequence[int]) -> int:
+        """How many host-cached blocks continue the call's device prefix hit (within the same
+        `len(token_ids) - 1` cap). Changes nothing but the call's cached chain hashes."""
+        state = self._calls.get(call_id)
+        if state is None or state.swapped or self.host_pool.num_cached == 0:
+            return 0
+        size, found = self.block_size, 0
+        for i in range(len(state.device), self._max_hit_blocks(token_ids)):
+            block_hash = self._chain_hashes(state, token_ids, i + 1)[i]
+            if self.host_pool.lookup(block_hash, token_ids[i * size:(i + 1) * size]) is None:
+                break
+            found += 1
+        return found
+
+    def fetch_prefix(self, call_id: Hashable, token_ids: Sequence[int], num_blocks: int,
+                     max_rank: float = float("inf")) -> list[tuple[int, int]] | None:
+        """Move the next `num_blocks` host-cached blocks of the call's prefix (see
+        `host_prefix_blocks`) onto fresh device blocks appended to its table, registered in the
+        device index. Returns the (host_block, device_block) copies, or None, changing nothing,
+        if the device is short of blocks of rank <= `max_rank`."""
+        state = self._calls[call_id]
+        first, size = len(state.device), self.block_size
+        hashes = self._chain_hashes(state, token_ids, first + num_blocks)
+        host = []
+        for i in range(first, first + num_blocks):
+            block = self.host_pool.lookup(hashes[i], token_ids[i * size:(i + 1) * size])
+            if block is None:
+                raise ValueError(f"call_id {call_id!r}: block {i} of its prefix is not on host")
+            host.append(block)
+        device = self.pool.allocate(num_blocks, max_rank, self._offload)
+        if device is None:
+            return None
+        for i, (h, d) in enumerate(zip(host, device), start=first):
+            self.host_pool.take(h)
+            self.pool.register(d, hashes[i], token_ids[i * size:(i + 1) * size])
+        self._host_in_flight.extend(host)
+        state.device = state.device + device
+        state.num_registered = len(state.device)
+        self.num_fetched_blocks += num_blocks
+        return list(zip(host, device))
+
+    def allocate(self, call_id: Hashable, num_tokens: int,
+                 max_rank: float = float("inf")) -> bool:
+        """Grow the call's table to cover `num_tokens` tokens, evicting only cached free blocks
+        of rank <= `max_rank`; False, changing nothing, if short.
 
         A partly filled last block is used up before a new block is taken.
         """
@@ -122,7 +202,7 @@ class KVCacheManager:
         need = -(-num_tokens // self.block_size) - held
         if need <= 0:
             return True
-        blocks = self.pool.allocate(need)
+        blocks = self.pool.allocate(need, max_rank, self._offload)
         if blocks is None:
             return False
         self._calls.setdefault(call_id, _CallBlocks()).device.extend(blocks)
@@ -132,8 +212,8 @@ class KVCacheManager:
         self, call_id: Hashable, token_ids: Sequence[int], num_computed_tokens: int
     ) -> None:
         """Offer each full block among the first `num_computed_tokens` of `token_ids` (the
-        call's prompt plus generated tokens) to the prefix index, once per call. Idempotent;
-        no-op when prefix caching is off."""
+        call's prompt plus generated tokens) to the prefix index, once per call; a host copy
+        of a newly registered block is dropped. Idempotent; no-op when prefix caching is off."""
         if not self.enable_prefix_caching:
             return
         if not 0 <= num_computed_tokens <= len(token_ids):
@@ -152,27 +232,38 @@ class KVCacheManager:
                 f"{len(state.device)} allocated"
             )
         hashes = self._chain_hashes(state, token_ids, num_full)
-        size = self.block_size
+        size, on_host = self.block_size, self.host_pool.num_cached > 0
         for i in range(state.num_registered, num_full):
-            self.pool.register(state.device[i], hashes[i], token_ids[i * size:(i + 1) * size])
+            tokens = token_ids[i * size:(i + 1) * size]
+            self.pool.register(state.device[i], hashes[i], tokens)
+            if on_host:
+                self.host_pool.discard_hash(hashes[i], tokens)
         state.num_registered = num_full
 
-    def free(self, call_id: Hashable) -> None:
+    def free(self, call_id: Hashable, owner: Hashable = None, rank: float = 0.0) -> None:
         """Release the call's device blocks (last first) or host blocks and forget the call.
 
-        Cached blocks whose ref reaches 0 stay findable until reused. Unknown calls: no-op.
+        Cached device blocks whose ref reaches 0 stay findable until evicted, with `owner` and
+        `rank` (see BlockPool.free). Unknown calls: no-op.
         """
         state = self._calls.pop(call_id, None)
         if state is None:
             return
-        self.pool.free(state.device)
+        self.pool.free(state.device, owner, rank)
         self.host_pool.free(state.host)
 
-    def swap_out(self, call_ids: Sequence[Hashable]) -> list[tuple[int, int]] | None:
+    def set_rank(self, owner: Hashable, rank: float) -> None:
+        """Re-rank the cached free blocks of `owner` on both tiers."""
+        self.pool.set_rank(owner, rank)
+        self.host_pool.set_rank(owner, rank)
+
+    def swap_out(self, call_ids: Sequence[Hashable], owner: Hashable = None,
+                 rank: float = 0.0) -> list[tuple[int, int]] | None:
         """Move the listed calls' blocks to host, all or none.
 
         Takes one host block per device block (None, changing nothing, if the host pool is
-        short), drops the calls' device refs (a shared block just loses one) and returns the
+        short), drops the calls' device refs (a shared or cached block just loses one; cached
+        ones freed stay findable with `owner` and `rank`) and returns the
         (device_block, host_block) copies to make before any device block is written again.
         """
         states = self._states(call_ids, swapped=False)
@@ -183,38 +274,71 @@ class KVCacheManager:
         start = 0
         for state in states:
             end = start + len(state.device)
-            self.pool.free(state.device)
+            self.pool.free(state.device, owner, rank)
             state.host, state.device = host[start:end], []
             state.swapped, state.num_registered = True, 0
             start = end
         return list(zip(device, host))
 
-    def swap_in(self, call_ids: Sequence[Hashable]) -> list[tuple[int, int]] | None:
+    def swap_in(self, call_ids: Sequence[Hashable],
+                max_rank: float = float("inf")) -> list[tuple[int, int]] | None:
         """Bring the listed swapped calls back onto fresh device blocks, all or none.
 
-        None, changing nothing, if device blocks are short. Frees their host blocks and returns
-        the (host_block, device_block) copies to make before those device blocks are read.
+        None, changing nothing, if device blocks (of rank <= `max_rank`) are short. Their host
+        blocks are released at `end_step`; returns the (host_block, device_block) copies to
+        make before those device blocks are read.
         """
         states = self._states(call_ids, swapped=True)
         host = [block for state in states for block in state.host]
-        device = self.pool.allocate(len(host))
+        device = self.pool.allocate(len(host), max_rank, self._offload)
         if device is None:
             return None
         start = 0
         for state in states:
             end = start + len(state.host)
-            self.host_pool.free(state.host)
+            self._host_in_flight.extend(state.host)
             state.device, state.host = device[start:end], []
             state.swapped = False
             start = end
         return list(zip(host, device))
 
+    def take_offloads(self) -> list[tuple[int, int]]:
+        """The (device_block, host_block) copies of cached blocks evicted since the last call:
+        add them to this step's device-to-host copies."""
+        pairs, self._offload_pairs = self._offload_pairs, []
+        return pairs
+
+    def end_step(self) -> None:
+        """The step's copies have run: offloaded blocks become host-cached, and host blocks
+        read by copies back to the device are free again."""
+        for offload in self._offloaded:
+            self.host_pool.store(offload.host_block, offload.block_hash, offload.token_ids,
+                                 offload.rank, offload.owner)
+        self._offloaded = []
+        if self._host_in_flight:
+            self.host_pool.free(self._host_in_flight)
+            self._host_in_flight = []
+
+    def _offload(self, block: int, block_hash: int, token_ids: tuple[int, ...], rank: float,
+                 owner: Hashable) -> None:
+        """Eviction hook: copy an evicted cached block worth keeping to a host block."""
+        if self.offload_min_rank is None or rank < self.offload_min_rank:
+            return
+        host = self.host_pool.allocate(1)
+        if host is None:
+            return
+        self._offload_pairs.append((block, host[0]))
+        self._offloaded.append(_Offload(host[0], block_hash, token_ids, rank, owner))
+        self.num_offloaded_blocks += 1
+
     def check_integrity(self) -> None:
         """Raise KVCacheIntegrityError unless the pools match the tables: each device block's
-        ref count equals the number of tables holding it, the held host blocks are exactly
-        those of swapped calls, and no call holds both kinds."""
+        ref count equals the number of tables holding it; the held host blocks are exactly
+        those of swapped calls and of this step's copies; no call holds both kinds; every
+        cached block is cached on one tier (checked by each pool's index)."""
         device_refs: Counter[int] = Counter()
-        host_used: list[int] = []
+        host_used: list[int] = list(self._host_in_flight)
+        host_used.extend(offload.host_block for offload in self._offloaded)
         for call_id, state in self._calls.items():
             if (state.swapped and state.device) or (not state.swapped and state.host):
                 raise KVCacheIntegrityError(
@@ -240,6 +364,9 @@ class KVCacheManager:
                 raise ValueError(f"call_ids: {call_id!r} is not a known call {where}")
             states.append(state)
         return states
+
+    def _max_hit_blocks(self, token_ids: Sequence[int]) -> int:
+        return max(0, (len(token_ids) - 1) // self.block_size)
 
     def _chain_hashes(
         self, state: _CallBlocks, token_ids: Sequence[int], num_blocks: int

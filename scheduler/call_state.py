@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 from typing import Protocol
+
+from scheduler.process_table import CallRecord
 
 
 class CallStatus(enum.Enum):
@@ -16,8 +19,9 @@ class CallStatus(enum.Enum):
 class SchedulableCall(Protocol):
     """A call as the scheduler sees it. `all_token_ids` is prompt + generated so far;
     `num_computed_tokens` of them have their K/V in the cache. The scheduler sets `status`,
-    `num_computed_tokens` (on admission and preemption), `num_cached_tokens` (prefix hits)
-    and `num_preemptions`; the engine appends tokens."""
+    `num_computed_tokens` (on admission, preemption and after each step), `num_cached_tokens`
+    (prefix hits) and `num_preemptions`, and appends each sampled token (`Scheduler.update`);
+    `stop_reason` tells it when a sampled token ends the call."""
 
     call_id: str
     status: CallStatus
@@ -36,3 +40,19 @@ class SchedulableCall(Protocol):
     def num_remaining_tokens(self) -> int:
         """Tokens the call may still generate before a length limit stops it."""
         ...
+
+    def stop_reason(self, token: int) -> str | None:
+        """Why the call ends now that `token` was appended (a stop token, a length limit),
+        or None if it goes on."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class SampledToken:
+    """A token `Scheduler.update` appended to `call`. When the call ended with it,
+    `finish_reason` says why and `record` is its final CallRecord (service, wait)."""
+
+    call: SchedulableCall
+    token: int
+    finish_reason: str | None = None
+    record: CallRecord | None = None

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-PREEMPTION_MODES = ("recompute", "swap", "auto")
+PREEMPTION_MODES = ("recompute", "swap", "keep", "auto")
 SERVICE_MODES = ("time", "tokens")
+KV_MEMORY_MODES = ("lru", "program")
 
 
 @dataclass(frozen=True)
@@ -20,8 +21,23 @@ class SchedulerConfig:
     (preemptions for memory of already running calls are needed for progress and not bounded).
     `tenant_halflife` (seconds; None turns it off) is the decay of a tenant's recent service,
     from which each new program of the tenant starts (anti-gaming; see ProcessTable).
-    The `auto` preemption mode compares `blocks * bytes_per_block / host_link_bandwidth +
-    swap_latency` with `tokens / prefill_tokens_per_second`.
+
+    Preemption: `recompute` drops a victim's KV, `swap` moves it to host in one bulk copy,
+    `keep` frees it into the prefix cache at its program's rank (it is revived by a prefix hit,
+    offloaded to host if evicted, recomputed only if lost; needs prefix caching), and `auto`
+    picks the cheapest estimate per preemption (see `scheduler.preemption`), from
+    `host_link_bandwidth` and `prefill_tokens_per_second` as priors that the engine replaces by
+    measured rates once it has seen swaps and prefill steps (`measure_rates`, time mode only).
+
+    `kv_memory` is who decides what the prefix cache keeps: `lru` (least recently freed goes
+    first) or `program` (see `scheduler.memory`): cached blocks are ranked by their program's
+    priority, a program's KV is retained across a tool call for a TTL (`retention_ttl_factor`
+    x its expected tool time: the client's hint, else its observed mean, else
+    `retention_prior_seconds`; at most `retention_max_seconds`) within `retention_budget` (a
+    fraction of the device pool), admissions never evict a higher-priority program's
+    retained KV, and evicted blocks of live programs are offloaded to the host pool.
+    `program_service_halflife` (seconds, None = off) decays a program's attained service
+    while it is idle between calls.
     """
 
     max_num_seqs: int = 64
@@ -43,11 +59,18 @@ class SchedulerConfig:
     host_link_bandwidth: float = 25e9
     swap_latency: float = 1e-4
     prefill_tokens_per_second: float = 10_000.0
+    measure_rates: bool = True
+    kv_memory: str = "program"
+    retention_budget: float = 0.5
+    retention_prior_seconds: float = 1.0
+    retention_ttl_factor: float = 2.0
+    retention_max_seconds: float = 60.0
+    program_service_halflife: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "multistep", "num_queues",
                      "quantum_steps", "calibration_steps", "host_link_bandwidth",
-                     "prefill_tokens_per_second", "program_ttl"):
+                     "prefill_tokens_per_second", "program_ttl", "retention_max_seconds"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.max_preemptions_per_round < 0:
@@ -66,6 +89,17 @@ class SchedulerConfig:
             raise ValueError(
                 f"preemption_mode must be one of {PREEMPTION_MODES}, got {self.preemption_mode!r}"
             )
+        if self.kv_memory not in KV_MEMORY_MODES:
+            raise ValueError(f"kv_memory must be one of {KV_MEMORY_MODES}, got "
+                             f"{self.kv_memory!r}")
+        if not 0 <= self.retention_budget <= 1:
+            raise ValueError(f"retention_budget must be in [0, 1], got {self.retention_budget}")
+        for name in ("retention_prior_seconds", "retention_ttl_factor"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.program_service_halflife is not None and self.program_service_halflife <= 0:
+            raise ValueError(f"program_service_halflife must be positive or None, got "
+                             f"{self.program_service_halflife}")
         if self.service_mode not in SERVICE_MODES:
             raise ValueError(f"service_mode must be one of {SERVICE_MODES}, got "
                              f"{self.service_mode!r}")

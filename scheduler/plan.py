@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from scheduler.call_state import SchedulableCall
+from scheduler.preemption import PreemptionKind
 
 
 @dataclass(slots=True)
@@ -34,15 +35,18 @@ class SchedulePlan:
 
     Chunks are ordered decodes first, then prefill chunks. The executor copies `swap_out`
     pairs (device, host) first, then `swap_in` pairs (host, device), then runs the chunks.
-    `created_at` is the clock reading the step was planned at; `swapped` names the calls
-    whose KV moved; `is_continuation` marks a multistep step that reused the last round.
+    `created_at` is the clock reading the step was planned at; `preempted` maps each call
+    preempted this step to what was done with its KV; `swapped` names the calls whose KV
+    moved between tiers whole (swap-out or swap-in; prefix offloads and fetches are in the copy
+    lists but name no call); `is_continuation` marks a multistep step that reused the last
+    round.
     """
 
     created_at: float
     chunks: list[ScheduledChunk] = field(default_factory=list)
     swap_out: list[tuple[int, int]] = field(default_factory=list)
     swap_in: list[tuple[int, int]] = field(default_factory=list)
-    preempted: list[str] = field(default_factory=list)
+    preempted: dict[str, PreemptionKind] = field(default_factory=dict)
     swapped: list[str] = field(default_factory=list)
     is_continuation: bool = False
 

@@ -40,6 +40,7 @@ class CallRecord:
     (ATLAS adds `total_service` to it on completion). `quantum_left` is what the call may use
     before it is demoted from `queue`. `promoted` is set by anti-starvation until the call next
     starts running: it goes first, but does not preempt anyone to get in.
+    `expected_tool_seconds` is the client's hint of the tool time after this call.
     """
 
     call_id: str
@@ -57,6 +58,7 @@ class CallRecord:
     waiting_since: float | None = None
     num_steps: int = 0
     promoted: bool = False
+    expected_tool_seconds: float | None = None
 
 
 @dataclass
@@ -76,6 +78,7 @@ class ProgramRecord:
     generated_tokens: int = 0
     swap_time: float = 0.0
     external_time: float = 0.0
+    num_tool_gaps: int = 0  # idle gaps between calls that external_time sums
     oracle_work: float | None = None
     ephemeral: bool = False
     floor: float = 0.0  # service it started from (its tenant's recent service)
@@ -93,13 +96,19 @@ class ProcessTable:
     recent service, the service of its ended programs decaying with that half-life; a new
     program of the tenant starts from it (`floor`), so opening a fresh program for every call
     does not reset a client's priority.
+
+    Service half-life, on when `service_halflife` is set: while a program is idle (between
+    calls) its attained service (above its tenant floor) decays with that half-life, applied when its next call
+    arrives, so a long-lived session regains priority the way a tenant's record does.
     """
 
-    def __init__(self, program_ttl: float, tenant_halflife: float | None = None) -> None:
+    def __init__(self, program_ttl: float, tenant_halflife: float | None = None,
+                 service_halflife: float | None = None) -> None:
         if program_ttl <= 0:
             raise ValueError(f"program_ttl must be positive, got {program_ttl}")
         self.program_ttl = program_ttl
         self.tenant_halflife = tenant_halflife
+        self.service_halflife = service_halflife
         self._tenants: dict[str, tuple[float, float]] = {}  # tenant -> (service, as of)
         self._programs: dict[str, ProgramRecord] = {}
         self._idle: OrderedDict[str, None] = OrderedDict()
@@ -139,7 +148,12 @@ class ProcessTable:
     def add_call(self, record: CallRecord, prompt_tokens: int) -> None:
         program = self.get(record.program_id)
         if program.last_call_completion is not None and not program.active_calls:
-            program.external_time += record.arrival - program.last_call_completion
+            idle = max(0.0, record.arrival - program.last_call_completion)
+            program.external_time += idle
+            program.num_tool_gaps += 1
+            if self.service_halflife:
+                own = max(0.0, program.service - program.floor)
+                program.service = program.floor + own * 0.5 ** (idle / self.service_halflife)
         program.active_calls[record.call_id] = record
         program.last_call_arrival = record.arrival
         program.num_calls += 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from typing import Hashable, Iterator
+from collections.abc import Container, Hashable, Iterator
 
 
 @dataclass(frozen=True)
@@ -75,9 +75,6 @@ class LevelQueues:
         entries = self._levels[level]
         del entries[bisect.bisect_left(entries, (order, item))]
 
-    def level(self, item: Hashable) -> int:
-        return self._where[item][0]
-
     def __iter__(self) -> Iterator[Hashable]:
         """Top-down, FCFS within a level; safe against removal of visited items."""
         for entries in self._levels:
@@ -95,13 +92,13 @@ class LevelQueues:
         (the caller skips items removed meanwhile)."""
         return [item for _, item in self._levels[level]]
 
-    def top_level(self) -> int | None:
-        """The highest-priority non-empty level."""
-        return next((i for i, entries in enumerate(self._levels) if entries), None)
-
-    def last(self) -> Hashable | None:
-        """The lowest-priority item: the last of the lowest non-empty level."""
-        for entries in reversed(self._levels):
-            if entries:
-                return entries[-1][1]
+    def lowest(self, below: int | None = None, skip: Container[Hashable] = ()) -> Hashable | None:
+        """The lowest-priority item not in `skip`: the last of the lowest non-empty level,
+        only among levels strictly below `below` when it is given."""
+        for level in range(len(self._levels) - 1, -1, -1):
+            if below is not None and level <= below:
+                return None
+            for _, item in reversed(self._levels[level]):
+                if item not in skip:
+                    return item
         return None

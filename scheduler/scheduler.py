@@ -1,30 +1,39 @@
-"""Batch formation over discretized priority queues.
+"""Batch formation over discretized priority queues, and the bookkeeping after each step.
 
 Every unfinished call sits in one of two `LevelQueues`: `running` (holds device blocks) or
 `queued` (waiting, or swapped to host). A round walks the levels top-down; at each level it
 first gives the running calls their next chunk (preempting the lowest-priority running call
-when blocks run out), then admits queued calls of that level (swap-in or prefill) while seats,
-blocks and token budget allow, preempting strictly lower-level running calls for them (at most
-`max_preemptions_per_round`). With `multistep=N` a round of decodes is reused for N steps.
+when blocks run out), then admits queued calls of that level (swap-in, or prefix hit on the
+device or fetched from host, then prefill) while seats, blocks and token budget allow,
+preempting strictly lower-level running calls for them (at most `max_preemptions_per_round`).
+An admission evicts only cached KV its level may take (`ProgramMemory.admission_rank`); short
+of that, the call waits. With `multistep=N` a round of decodes is reused for N steps.
+`update` is the one place the outcome of a step is applied.
 """
 
 from __future__ import annotations
 
 import itertools
 import statistics
+from collections import Counter
 from dataclasses import dataclass, field
+from typing import Sequence
 
 from kvcache.manager import KVCacheManager
-from scheduler.call_state import CallStatus, SchedulableCall
+from scheduler.call_state import CallStatus, SampledToken, SchedulableCall
 from scheduler.config import SchedulerConfig
+from scheduler.memory import NO_OWNER_RANK, UNLIMITED, ProgramMemory
 from scheduler.plan import SchedulePlan, ScheduledChunk
-from scheduler.policy import Policy
+from scheduler.policies import Policy
+from scheduler.preemption import (PreemptionKind, TransferRates, choose_preemption,
+                                  preemption_costs)
 from scheduler.process_table import CallRecord, ProcessTable, ProgramRecord
 from scheduler.queues import LevelQueues, QueueLevels
-from scheduler.starvation import StarvationWatch, crossing_time, starvation_ratio
+from scheduler.starvation import StarvationWatch, starvation_ratio
 
 PROVISIONAL_QUANTUM_SECONDS = 1.0
 TOKEN_MODE_QUANTUM = 256.0
+LIVE_MIN_RANK = 1.0  # ranks of live programs' KV start here (see Policy.retention_rank)
 
 
 @dataclass
@@ -41,19 +50,23 @@ class Scheduler:
 
     Contract: a RUNNING call holds device blocks for its computed tokens; a SWAPPED call holds
     host blocks only; a WAITING call holds none between rounds; `finish` releases everything
-    and folds the call's service into its program (per the policy).
+    and folds the call's service into its program (per the policy). The policy object holds
+    everything that differs between policies; `memory` ranks the cached KV.
     """
 
     def __init__(self, config: SchedulerConfig, kv: KVCacheManager, policy: Policy) -> None:
         self.config = config
         self.kv = kv
         self.policy = policy
-        self.table = ProcessTable(config.program_ttl, config.tenant_halflife)
-        self.num_levels = config.num_queues if policy.uses_levels else 1
-        self._guards_starvation = (config.anti_starvation and policy.uses_levels
-                                   and policy.guards_starvation)
+        self.table = ProcessTable(config.program_ttl, config.tenant_halflife,
+                                  config.program_service_halflife)
+        self.num_levels = policy.num_levels(config.num_queues)
         self.levels = self._levels(config.quantum_base or (
             TOKEN_MODE_QUANTUM if config.service_mode == "tokens" else PROVISIONAL_QUANTUM_SECONDS))
+        self.memory = ProgramMemory(config, kv, policy, self.num_levels)
+        if self.memory.enabled:
+            kv.enable_offload(LIVE_MIN_RANK)
+        self.rates = TransferRates(config)
         self.running = LevelQueues(self.num_levels)
         self.queued = LevelQueues(self.num_levels)
         self.calls: dict[str, SchedulableCall] = {}
@@ -63,15 +76,48 @@ class Scheduler:
         self._step_times: list[float] = []
         self._round_calls: list[SchedulableCall] = []
         self._round_steps_left = 0
+        self.preemptions: Counter[PreemptionKind] = Counter()
         self.num_rounds = 0
         self.num_steps = 0
-        self.num_preemptions = 0
-        self.num_swap_outs = 0
         self.num_swap_ins = 0
         self.num_promotions = 0
 
     def _levels(self, quantum_base: float) -> QueueLevels:
         return QueueLevels(self.num_levels, quantum_base, self.config.quantum_growth)
+
+    @property
+    def num_preemptions(self) -> int:
+        return sum(self.preemptions.values())
+
+    @property
+    def num_swap_outs(self) -> int:
+        return self.preemptions[PreemptionKind.SWAP]
+
+    @property
+    def num_unfinished(self) -> int:
+        return len(self.records)
+
+    @property
+    def num_waiting(self) -> int:
+        """Calls queued (waiting or swapped), not running."""
+        return len(self.queued)
+
+    def stats(self) -> dict[str, float]:
+        """Counters since start (preemptions by kind, KV moved between tiers, retention) and
+        the transfer rates in use."""
+        return {
+            "num_rounds": self.num_rounds, "num_steps": self.num_steps,
+            "num_preemptions": self.num_preemptions,
+            **{f"preemptions_{kind.value}": self.preemptions[kind] for kind in PreemptionKind},
+            "num_swap_ins": self.num_swap_ins, "num_promotions": self.num_promotions,
+            "offloaded_blocks": self.kv.num_offloaded_blocks,
+            "fetched_blocks": self.kv.num_fetched_blocks,
+            "retentions": self.memory.num_retained,
+            "retentions_expired": self.memory.num_retention_expired,
+            "retained_blocks": self.memory.retained_blocks,
+            "host_link_bandwidth": self.rates.host_link_bandwidth,
+            "prefill_tokens_per_second": self.rates.prefill_tokens_per_second,
+        }
 
     # ----- programs and calls -----------------------------------------------------------
     def start_program(self, now: float, program_id: str | None = None,
@@ -81,58 +127,100 @@ class Scheduler:
     def end_program(self, program_id: str, now: float, failed: bool = False
                     ) -> tuple[ProgramRecord, list[SchedulableCall]]:
         """End a program; its active calls are finished here and returned (to report them
-        aborted). Ending a recently ended program returns its final record again; an unknown
-        id raises UnknownProgramError."""
+        aborted) and its cached KV is nobody's any more. Ending a recently ended program
+        returns its final record again; an unknown id raises UnknownProgramError."""
         if self.table.is_recently_ended(program_id):
             return self.table.end(program_id, failed, now), []
         program = self.table.get(program_id)
         calls = [self.calls[c] for c in list(program.active_calls)]
         for call in calls:
             self.finish(call, now)
-        return self.table.end(program_id, failed, now), calls
+        record = self.table.end(program_id, failed, now)
+        self.memory.ended(program_id)
+        return record, calls
 
     def add(self, call: SchedulableCall, now: float, program_id: str,
-            thread_id: str | None = None) -> None:
-        """Queue a new call of an active program at the level of the program's value."""
+            thread_id: str | None = None, expected_tool_seconds: float | None = None) -> None:
+        """Queue a new call of an active program at the level its policy gives it.
+        `expected_tool_seconds`: the client's hint of the tool time after this call."""
         program = self.table.get(program_id)
-        value = self.policy.start_value(program)
-        level = self.levels.level_of(value)
-        record = CallRecord(call.call_id, program_id, thread_id, now, queue=level,
-                            quantum_left=self.levels.quantum(level), start_value=value,
-                            waiting_since=now)
-        self.table.add_call(record, call.num_tokens)
+        record = CallRecord(call.call_id, program_id, thread_id, now, waiting_since=now,
+                            expected_tool_seconds=expected_tool_seconds)
+        self.table.add_call(record, call.num_tokens)  # may decay the program's service
+        record.start_value = self.policy.start_value(program)
+        record.queue = self.policy.entry_level(program, self.levels)
+        record.quantum_left = self.levels.quantum(record.queue)
         self.calls[call.call_id] = call
         self.records[call.call_id] = record
         call.status = CallStatus.WAITING
         record.order = self.policy.order(program, record, next(self._seq))
-        self.queued.add(call.call_id, level, record.order)
+        self.queued.add(call.call_id, record.queue, record.order)
+        self.memory.queued(program, record.queue)
         self._watch_starvation(record, program)
 
-    def finish(self, call: SchedulableCall, now: float) -> None:
-        """Remove `call` wherever it is, release all its blocks, fold its service into its
-        program; an ephemeral program ends with its call."""
+    def finish(self, call: SchedulableCall, now: float) -> CallRecord | None:
+        """Remove `call` wherever it is, release all its blocks (cached ones at the rank
+        `memory` gives them), fold its service into its program; an ephemeral program ends
+        with its call. Returns the final record (None if the call was already finished)."""
         record = self.records.pop(call.call_id, None)
         if record is None:
-            return
+            return None
         for queues in (self.running, self.queued):
             if call.call_id in queues:
                 queues.remove(call.call_id)
         del self.calls[call.call_id]
-        self.kv.free(call.call_id)
         call.status = CallStatus.FINISHED
         self._stop_waiting(record, now)
         program = self.table.get(record.program_id)
         self.policy.complete(program, record)
         self.table.complete_call(record, now, call.num_tokens - call.num_prompt_tokens)
+        level = min((r.queue for r in program.active_calls.values()),
+                    default=self.policy.entry_level(program, self.levels))
+        rank = self.memory.finished(program, record, level,
+                                    len(self.kv.block_table(call.call_id)), now)
+        self.kv.free(call.call_id, record.program_id, rank)
         if program.ephemeral and not program.active_calls:
             self.table.end(record.program_id, now=now)
+        return record
 
-    def charge(self, plan: SchedulePlan, seconds: float) -> None:
+    # ----- after a step -----------------------------------------------------------------
+    def update(self, plan: SchedulePlan, tokens: Sequence[int | None], now: float,
+               swap_seconds: float = 0.0) -> list[SampledToken]:
+        """Apply one executed step: charge service (demoting calls whose quantum is used up),
+        advance computed tokens, append each sampled token, offer newly full blocks to the
+        prefix cache, finish calls that hit a stop token or a length limit, charge swap time
+        to programs, and release the step's in-flight host blocks. `tokens[i]` belongs to
+        `plan.chunks[i]`. Returns the sampled tokens of calls that were still live, in chunk
+        order; the caller may still finish those (stop strings)."""
+        self._charge(plan, now - plan.created_at, swap_seconds)
+        self._charge_swap_time(plan, swap_seconds)
+        caching = self.kv.enable_prefix_caching
+        sampled: list[SampledToken] = []
+        for chunk, token in zip(plan.chunks, tokens):
+            call = chunk.call
+            if call.status is CallStatus.FINISHED:
+                continue
+            call.num_computed_tokens = chunk.start + chunk.num_tokens
+            if token is not None:
+                call.all_token_ids.append(token)
+            if caching:
+                self.kv.cache_blocks(call.call_id, call.all_token_ids, call.num_computed_tokens)
+            if token is None:
+                continue
+            reason = call.stop_reason(token)
+            record = self.finish(call, now) if reason else None
+            sampled.append(SampledToken(call, token, reason, record))
+        self.kv.end_step()
+        return sampled
+
+    def _charge(self, plan: SchedulePlan, seconds: float, swap_seconds: float) -> None:
         """Charge each call that ran in `plan` its service (the step time, or in token mode
-        the tokens it processed) and demote it when its quantum is used up."""
+        the tokens it processed) and move it to the level its policy says."""
         self.num_steps += 1
         if plan.chunks:  # an empty step (idle tick, abort delivery) says nothing of step time
             self._calibrate(seconds)
+            prefill = sum(c.num_tokens for c in plan.chunks if not c.is_decode)
+            self.rates.observe_step(prefill, plan.num_batched_tokens, seconds - swap_seconds)
         by_tokens = self.config.service_mode == "tokens"
         for chunk in plan.chunks:
             record = self.records.get(chunk.call.call_id)
@@ -142,25 +230,23 @@ class Scheduler:
     def _charge_call(self, call: SchedulableCall, record: CallRecord, service: float) -> None:
         record.service += service
         record.total_service += service
-        first_step = record.num_steps == 0
         record.num_steps += 1
-        if not (self.policy.uses_levels and self.policy.demotes):
-            return
-        level = record.queue
-        if first_step and self.policy.skip_join:
-            level = next((i for i in range(self.num_levels) if self.levels.quantum(i) >= service),
-                         self.num_levels - 1)
-            record.quantum_left = self.levels.quantum(level) - service
-        else:
-            record.quantum_left -= service
-        while record.quantum_left <= 0 and level < self.num_levels - 1:
-            level += 1
-            record.quantum_left += self.levels.quantum(level)
+        level = self.policy.charge(record, service, self.levels)
         if level != record.queue:
             queues = self.running if call.call_id in self.running else self.queued
             queues.remove(call.call_id)
             record.queue = level
             queues.add(call.call_id, level, record.order)
+
+    def _charge_swap_time(self, plan: SchedulePlan, seconds: float) -> None:
+        """Measure the link from the step's copies, and split their time evenly over the
+        programs of the calls swapped whole."""
+        transfers = bool(plan.swap_out) + bool(plan.swap_in)
+        self.rates.observe_swap(len(plan.swap_out) + len(plan.swap_in), transfers, seconds)
+        for call_id in plan.swapped:
+            record = self.records.get(call_id)
+            if record is not None:
+                self.table.get(record.program_id).swap_time += seconds / len(plan.swapped)
 
     def _calibrate(self, seconds: float) -> None:
         """Time mode without a set quantum_base: fix it from the first steps' median time."""
@@ -172,17 +258,15 @@ class Scheduler:
                 median = statistics.median(self._step_times)
                 self.levels = self._levels(max(median, 1e-6) * self.config.quantum_steps)
 
-    @property
-    def num_unfinished(self) -> int:
-        return len(self.records)
-
     # ----- one step ---------------------------------------------------------------------
     def schedule(self, now: float) -> SchedulePlan:
         if self._round_steps_left > 0:
             return self._continue_round(now)
         self.num_rounds += 1
-        self.table.expire(now)
-        if self._guards_starvation:
+        for expired in self.table.expire(now):
+            self.memory.ended(expired.program_id)
+        self.memory.expire(now, self._next_level)
+        if self.config.anti_starvation:
             self._promote_starved(now)
         plan = SchedulePlan(created_at=now)
         rnd = _Round(self.config.max_num_batched_tokens, unvisited_running=len(self.running))
@@ -199,7 +283,13 @@ class Scheduler:
                 break
         plan.chunks.sort(key=lambda c: not c.is_decode)
         self._start_round(plan)
+        plan.swap_out.extend(self.kv.take_offloads())
         return plan
+
+    def _next_level(self, program_id: str) -> int | None:
+        if program_id not in self.table:
+            return None
+        return self.policy.entry_level(self.table.get(program_id), self.levels)
 
     def _schedule_running(self, call: SchedulableCall, plan: SchedulePlan, rnd: _Round,
                           now: float) -> None:
@@ -207,8 +297,9 @@ class Scheduler:
         call_id, start, num_tokens = call.call_id, call.num_computed_tokens, call.num_tokens
         n = min(num_tokens - start, rnd.budget)
         while not self.kv.allocate(call_id, start + n):
-            victim = self._lowest_running(rnd, above_level=None) or call
-            self._preempt(victim, plan, rnd, now)
+            victim_id = self.running.lowest(skip=rnd.scheduled)
+            victim = call if victim_id is None else self.calls[victim_id]
+            self._preempt(victim, plan, rnd, now, for_memory=True)
             if victim is call:
                 return
         plan.chunks.append(ScheduledChunk(call, start, n, self.kv.block_table(call_id),
@@ -233,32 +324,44 @@ class Scheduler:
 
     def _admit(self, call: SchedulableCall, level: int, plan: SchedulePlan, rnd: _Round,
                now: float) -> bool:
-        """Start a queued call (swap-in or prefill), preempting lower levels if allowed."""
+        """Start a queued call (swap-in, or prefix hit and fetch from host, then prefill),
+        preempting lower levels if allowed; the call waits (False) rather than evict cached
+        KV above its level's admission rank, unless nothing at all is running."""
         # Running calls of lower queues still get their next token: admissions never take
         # the budget they need (otherwise long prefills would stall every decode).
         budget = rnd.budget - rnd.unvisited_running
         if budget <= 0:
             return False
         swapped = call.status is CallStatus.SWAPPED
+        fetch = 0
         if not swapped and call.num_computed_tokens == 0:
             call.num_cached_tokens = self.kv.match_prefix(call.call_id, call.all_token_ids)
             call.num_computed_tokens = call.num_cached_tokens
-        remaining = call.num_tokens - call.num_computed_tokens
+            fetch = self._blocks_worth_fetching(call)
+        remaining = call.num_tokens - call.num_computed_tokens - fetch * self.kv.block_size
         if remaining > budget and not swapped and not self.config.enable_chunked_prefill:
             self._release_waiting(call)
             return False
         n = min(remaining, budget)
         record = self.records[call.call_id]
-        while len(self.running) >= self.config.max_num_seqs or not self._reserve(call, n, plan):
+        while True:
+            max_rank = self.memory.admission_rank(level) if self.running else UNLIMITED
+            short_of_seats = len(self.running) >= self.config.max_num_seqs
+            if not short_of_seats and self._fits(call, n, fetch, max_rank):
+                break
             # A call promoted against starvation waits for room instead of making it: its
             # victims would soon starve in turn, and promote, and preempt (a ping-pong).
-            victim = None if record.promoted else self._priority_victim(level, rnd)
+            victim = None
+            if not record.promoted and \
+                    rnd.priority_preemptions < self.config.max_preemptions_per_round:
+                victim = self.policy.priority_victim(self.running, level, rnd.scheduled)
             if victim is None:
                 if not swapped:
                     self._release_waiting(call)
                 return False
-            self._preempt(victim, plan, rnd, now)
+            self._preempt(self.calls[victim], plan, rnd, now, for_memory=not short_of_seats)
             rnd.priority_preemptions += 1
+        self._reserve(call, n, fetch, plan, max_rank)
         record.promoted = False
         self._stop_waiting(record, now)
         self.queued.remove(call.call_id)
@@ -267,25 +370,53 @@ class Scheduler:
         self._add_chunk(call, n, plan, rnd)
         return True
 
-    def _reserve(self, call: SchedulableCall, n: int, plan: SchedulePlan) -> bool:
-        """Blocks for the next `n` tokens (swapping the call in first if it is on host)."""
-        target = call.num_computed_tokens + n
-        if call.status is not CallStatus.SWAPPED:
-            return self.kv.allocate(call.call_id, target)
-        held = self.kv.num_host_blocks_of(call.call_id)  # may exceed target (lookahead)
-        if max(held, -(-target // self.kv.block_size)) > self.kv.num_free_blocks:
-            return False
-        pairs = self.kv.swap_in([call.call_id])
-        if pairs is None or not self.kv.allocate(call.call_id, target):
-            raise RuntimeError(f"swap-in of {call.call_id} failed after a space check")
+    def _blocks_worth_fetching(self, call: SchedulableCall) -> int:
+        """Host-cached blocks continuing the call's prefix hit, if one copy back beats
+        recomputing them (else 0)."""
+        found = self.kv.host_prefix_blocks(call.call_id, call.all_token_ids)
+        if found and self.rates.swap_seconds(found) / 2 < \
+                self.rates.recompute_seconds(found * self.kv.block_size):
+            return found
+        return 0
+
+    def _fits(self, call: SchedulableCall, n: int, fetch: int, max_rank: float) -> bool:
+        """Whether the blocks for the call's next `n` tokens (after fetching `fetch` prefix
+        blocks, or swapping it in) can be had evicting ranks up to `max_rank`."""
+        target = call.num_computed_tokens + fetch * self.kv.block_size + n
+        if call.status is CallStatus.SWAPPED:
+            held = self.kv.num_host_blocks_of(call.call_id)  # may exceed target (lookahead)
+            needed = max(held, -(-target // self.kv.block_size))
+        else:
+            needed = self.kv.blocks_needed(call.call_id, target)
+        return needed <= self.kv.num_evictable_blocks(max_rank)
+
+    def _reserve(self, call: SchedulableCall, n: int, fetch: int, plan: SchedulePlan,
+                 max_rank: float) -> None:
+        """Take the blocks `_fits` found: swap the call in, or fetch its host prefix (unless a
+        preemption's swap-out has since evicted part of it from the host: then it is
+        recomputed), then grow its table for the next `n` tokens."""
+        if call.status is CallStatus.SWAPPED:
+            pairs = self.kv.swap_in([call.call_id], max_rank)
+            plan.swapped.append(call.call_id)
+            self.num_swap_ins += 1
+        elif fetch and self.kv.host_prefix_blocks(call.call_id, call.all_token_ids) >= fetch:
+            pairs = self.kv.fetch_prefix(call.call_id, call.all_token_ids, fetch, max_rank)
+            call.num_computed_tokens += fetch * self.kv.block_size
+            call.num_cached_tokens = call.num_computed_tokens
+        else:
+            pairs = []
+        if pairs is None or not self.kv.allocate(call.call_id, call.num_computed_tokens + n,
+                                                 max_rank):
+            raise RuntimeError(f"blocks for {call.call_id} ran short after a space check")
         plan.swap_in.extend(pairs)
-        plan.swapped.append(call.call_id)
-        self.num_swap_ins += 1
-        return True
 
     def _release_waiting(self, call: SchedulableCall) -> None:
-        """A waiting call that could not start gives back any prefix-hit blocks it took."""
-        self.kv.free(call.call_id)
+        """A waiting call that could not start gives back any prefix-hit blocks it took
+        (at its program's queued rank: they are still wanted)."""
+        record = self.records[call.call_id]
+        program = self.table.get(record.program_id)
+        self.kv.free(call.call_id, record.program_id,
+                     self.memory.free_rank(program, record.queue))
         call.num_computed_tokens = 0
         call.num_cached_tokens = 0
 
@@ -297,62 +428,49 @@ class Scheduler:
         rnd.budget -= n
 
     # ----- preemption -------------------------------------------------------------------
-    def _lowest_running(self, rnd: _Round, above_level: int | None) -> SchedulableCall | None:
-        """The lowest-priority running call not scheduled this round (and, if `above_level`
-        is given, in a strictly lower queue than it)."""
-        for level in range(self.num_levels - 1, -1, -1):
-            if above_level is not None and level <= above_level:
-                return None
-            for call_id in reversed(self.running.snapshot(level)):
-                if call_id not in rnd.scheduled:
-                    return self.calls[call_id]
-        return None
-
-    def _priority_victim(self, level: int, rnd: _Round) -> SchedulableCall | None:
-        if not self.policy.uses_levels or \
-                rnd.priority_preemptions >= self.config.max_preemptions_per_round:
-            return None
-        return self._lowest_running(rnd, above_level=level)
-
-    def _preempt(self, call: SchedulableCall, plan: SchedulePlan, rnd: _Round,
-                 now: float) -> None:
-        """Evict a running call: bulk-swap its KV to host, or drop it for recompute."""
+    def _preempt(self, call: SchedulableCall, plan: SchedulePlan, rnd: _Round, now: float,
+                 for_memory: bool) -> None:
+        """Evict a running call, doing with its KV what `choose_preemption` picks: keep it in
+        the prefix cache at its program's rank, bulk-swap it to host, or drop it (freed at
+        the no-owner rank, so it goes before any live program's KV)."""
         self.running.remove(call.call_id)
         if call.call_id not in rnd.scheduled:
             rnd.unvisited_running -= 1
         call.num_preemptions += 1
-        self.num_preemptions += 1
-        plan.preempted.append(call.call_id)
         rnd.preempted.add(call.call_id)
-        pairs = self.kv.swap_out([call.call_id]) if self._should_swap(call) else None
+        record = self.records[call.call_id]
+        program = self.table.get(record.program_id)
+        rank = self.memory.free_rank(program, record.queue)
+        kind = self._preemption_kind(call, for_memory)
+        pairs = None
+        if kind is PreemptionKind.SWAP:
+            pairs = self.kv.swap_out([call.call_id], record.program_id, rank)
+            kind = PreemptionKind.SWAP if pairs is not None else PreemptionKind.RECOMPUTE
         if pairs is not None:
             plan.swap_out.extend(pairs)
             plan.swapped.append(call.call_id)
             call.status = CallStatus.SWAPPED
-            self.num_swap_outs += 1
         else:
-            self.kv.free(call.call_id)
+            self.kv.free(call.call_id, record.program_id,
+                         rank if kind is PreemptionKind.KEEP else NO_OWNER_RANK)
             call.num_computed_tokens = 0
             call.status = CallStatus.WAITING
-        record = self.records[call.call_id]
+        self.preemptions[kind] += 1
+        plan.preempted[call.call_id] = kind
         record.waiting_since = now
         self.queued.add(call.call_id, record.queue, record.order)
-        self._watch_starvation(record, self.table.get(record.program_id))
+        self.memory.queued(program, record.queue)
+        self._watch_starvation(record, program)
 
-    def _should_swap(self, call: SchedulableCall) -> bool:
+    def _preemption_kind(self, call: SchedulableCall, for_memory: bool) -> PreemptionKind:
         mode = self.config.preemption_mode
-        if mode != "auto":
-            return mode == "swap"
-        return self.swap_seconds(len(self.kv.block_table(call.call_id))) < \
-            self.recompute_seconds(call.num_computed_tokens)
-
-    def swap_seconds(self, num_blocks: int) -> float:
-        """Estimated time to swap `num_blocks` out and back in (two bulk transfers)."""
-        one_way = num_blocks * self.config.bytes_per_block / self.config.host_link_bandwidth
-        return 2 * (one_way + self.config.swap_latency)
-
-    def recompute_seconds(self, num_tokens: int) -> float:
-        return num_tokens / self.config.prefill_tokens_per_second
+        blocks = len(self.kv.block_table(call.call_id))
+        can_keep = self.kv.enable_prefix_caching and (mode == "keep" or self.memory.enabled)
+        costs = preemption_costs(self.rates, blocks, call.num_computed_tokens,
+                                 self.kv.block_size, can_keep,
+                                 can_swap=blocks <= self.kv.num_free_host_blocks,
+                                 for_memory=for_memory)
+        return choose_preemption(mode, costs)
 
     # ----- queues, waiting, starvation ---------------------------------------------------
     def _stop_waiting(self, record: CallRecord, now: float) -> None:
@@ -363,9 +481,11 @@ class Scheduler:
             record.waiting_since = None
 
     def _watch_starvation(self, record: CallRecord, program: ProgramRecord) -> None:
-        if self._guards_starvation and record.queue > 0:
-            self.starvation.watch(record.call_id,
-                                  crossing_time(program, record, self.config.starvation_beta))
+        if self.config.anti_starvation and record.queue > 0:
+            deadline = self.policy.starvation_deadline(program, record,
+                                                       self.config.starvation_beta)
+            if deadline is not None:
+                self.starvation.watch(record.call_id, deadline)
 
     def _promote_starved(self, now: float) -> None:
         beta = self.config.starvation_beta
@@ -375,7 +495,7 @@ class Scheduler:
                 continue
             program = self.table.get(record.program_id)
             if starvation_ratio(program, record, now) < beta:
-                self.starvation.watch(call_id, crossing_time(program, record, beta))
+                self._watch_starvation(record, program)
                 continue
             self.queued.remove(call_id)
             self._stop_waiting(record, now)
@@ -385,6 +505,7 @@ class Scheduler:
             record.wait = record.service = 0.0
             record.waiting_since = now
             self.queued.add(call_id, 0, record.order)
+            self.memory.queued(program, 0)
             self.num_promotions += 1
 
     # ----- multistep ----------------------------------------------------------------------

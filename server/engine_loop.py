@@ -183,7 +183,7 @@ class EngineLoop:
         try:
             if self._draining:
                 raise DrainingError("the server is shutting down: no new calls")
-            if len(self.engine.scheduler.queued) >= self.max_waiting:
+            if self.engine.scheduler.num_waiting >= self.max_waiting:
                 raise QueueFullError(f"the waiting queue is full ({self.max_waiting} calls)")
             call_id = add(self.engine)
         except BaseException as exc:

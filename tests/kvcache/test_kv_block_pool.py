@@ -42,12 +42,12 @@ def test_failed_allocation_changes_nothing():
     pool = BlockPool(6)
     pool.allocate(5)
     pool.register(2, 22, [7, 7])
-    pool.free([1, 2, 3])  # free list: 3, 2, 1
+    pool.free([1, 2, 3])  # plain: 3, 1; cached: 2
     assert pool.allocate(4) is None
     assert pool.num_free == 3 and pool.is_cached(2)
     pool.check_integrity({4: 1, 5: 1})
     assert pool.lookup(22, [7, 7]) == 2
-    assert drain(pool) == [3, 2, 1]
+    assert drain(pool) == [3, 1, 2]  # uncached blocks go before cached ones
     assert not pool.is_cached(2)
 
 

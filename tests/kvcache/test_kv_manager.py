@@ -220,6 +220,9 @@ def test_swap_out_and_in_move_tables_between_pools():
     mgr.check_integrity()
     assert mgr.swap_in(["c", "a"]) == [(2, 7), (0, 8), (1, 9)]
     assert (mgr.block_table("a"), mgr.block_table("c")) == ([8, 9], [7])
+    assert (mgr.num_free_blocks, mgr.num_free_host_blocks) == (3, 2)  # read by this step
+    mgr.check_integrity()
+    mgr.end_step()
     assert (mgr.num_free_blocks, mgr.num_free_host_blocks) == (3, 5)
     assert not mgr.is_swapped("a") and mgr.num_host_blocks_of("a") == 0
     mgr.check_integrity()

@@ -9,7 +9,7 @@ from bench.sim_call import SimCall
 from kvcache.manager import KVCacheManager
 from scheduler.config import SchedulerConfig
 from scheduler.plan import SchedulePlan
-from scheduler.policy import make_policy
+from scheduler.policies import make_policy
 from scheduler.scheduler import Scheduler
 
 
@@ -17,9 +17,9 @@ class Sim:
     """Drives a real Scheduler and KVCacheManager without a model."""
 
     def __init__(self, policy: str = "fcfs", num_blocks: int = 1000, block_size: int = 4,
-                 num_host_blocks: int = 0, **config) -> None:
+                 num_host_blocks: int = 0, prefix_caching: bool = False, **config) -> None:
         config.setdefault("service_mode", "tokens")
-        self.kv = KVCacheManager(num_blocks, block_size, num_host_blocks)
+        self.kv = KVCacheManager(num_blocks, block_size, num_host_blocks, prefix_caching)
         self.scheduler = Scheduler(SchedulerConfig(**config), self.kv, make_policy(policy))
         self.now = 0.0
         self.completed: list[str] = []
@@ -31,24 +31,22 @@ class Sim:
         return self.scheduler.start_program(self.now, program_id, tenant)
 
     def call(self, program_id: str, call_id: str, prompt_len: int = 8, output_len: int = 4,
-             thread_id: str | None = None) -> SimCall:
+             thread_id: str | None = None, expected_tool_seconds: float | None = None
+             ) -> SimCall:
         call = SimCall(call_id, prompt_len, output_len, self.now, next(self._index))
         self.calls[call_id] = call
-        self.scheduler.add(call, self.now, program_id, thread_id)
+        self.scheduler.add(call, self.now, program_id, thread_id, expected_tool_seconds)
         return call
 
     def step(self) -> SchedulePlan:
+        """One step: every sampling chunk samples token 7; calls stop at their length."""
         plan = self.scheduler.schedule(self.now)
         self.plans.append(plan)
         self.now += 1.0
-        self.scheduler.charge(plan, 1.0)
-        for chunk in plan.chunks:
-            call = chunk.call
-            call.advance(chunk.start, chunk.num_tokens, 7 if chunk.samples else None)
-            if chunk.samples:
-                if call.num_remaining_tokens == 0:
-                    self.scheduler.finish(call, self.now)
-                    self.completed.append(call.call_id)
+        tokens = [7 if chunk.samples else None for chunk in plan.chunks]
+        for sampled in self.scheduler.update(plan, tokens, self.now):
+            if sampled.finish_reason is not None:
+                self.completed.append(sampled.call.call_id)
         return plan
 
     def run(self, max_steps: int = 10_000) -> None:

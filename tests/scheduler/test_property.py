@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from harness import Sim
-from scheduler.policy import POLICIES
+from scheduler.policies import POLICIES
 
 call_shape = st.tuples(st.integers(1, 12), st.integers(1, 12))  # prompt, output
 program = st.fixed_dictionaries({

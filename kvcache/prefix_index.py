@@ -1,0 +1,66 @@
+"""Block hash <-> block id, with each cached block's token ids (one index per memory tier)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kvcache.errors import KVCacheIntegrityError
+
+
+class PrefixIndex:
+    """At most one block per hash and one hash per block; a hit also compares token ids, so a
+    hash collision can never serve another prefix's KV."""
+
+    def __init__(self, tier: str) -> None:
+        self.tier = tier  # "block" or "host block", for messages
+        self._block_of: dict[int, int] = {}
+        self._hash_of: dict[int, int] = {}
+        self._tokens_of: dict[int, tuple[int, ...]] = {}
+
+    def __len__(self) -> int:
+        return len(self._hash_of)
+
+    def __contains__(self, block: int) -> bool:
+        return block in self._hash_of
+
+    def has_hash(self, block_hash: int) -> bool:
+        return block_hash in self._block_of
+
+    def blocks(self) -> set[int]:
+        return set(self._hash_of)
+
+    def add(self, block: int, block_hash: int, token_ids: Sequence[int]) -> None:
+        """Index `block` under `block_hash`; the caller checked that neither is indexed."""
+        self._block_of[block_hash] = block
+        self._hash_of[block] = block_hash
+        self._tokens_of[block] = tuple(token_ids)
+
+    def lookup(self, block_hash: int, token_ids: Sequence[int]) -> int | None:
+        """The block with this hash AND these token ids, else None."""
+        block = self._block_of.get(block_hash)
+        if block is None or self._tokens_of[block] != tuple(token_ids):
+            return None
+        return block
+
+    def entry(self, block: int) -> tuple[int, tuple[int, ...]]:
+        """(hash, token ids) of an indexed block."""
+        return self._hash_of[block], self._tokens_of[block]
+
+    def remove(self, block: int) -> None:
+        """Forget `block` if it is indexed."""
+        block_hash = self._hash_of.pop(block, None)
+        if block_hash is not None:
+            del self._block_of[block_hash]
+            del self._tokens_of[block]
+
+    def check_integrity(self) -> None:
+        for block_hash, block in self._block_of.items():
+            if self._hash_of.get(block) != block_hash or block not in self._tokens_of:
+                raise KVCacheIntegrityError(f"{self.tier} {block}: index entry has a stale hash")
+        for block, block_hash in self._hash_of.items():
+            if self._block_of.get(block_hash) != block:
+                raise KVCacheIntegrityError(f"{self.tier} {block}: cached but not in the index")
+        orphans = self._tokens_of.keys() - self._hash_of.keys()
+        if orphans:
+            raise KVCacheIntegrityError(
+                f"{self.tier} {min(orphans)}: token ids kept but not cached")

@@ -1,0 +1,147 @@
+"""Program-aware KV memory: the ranks the scheduler gives its programs' cached blocks.
+
+The block pool evicts cached free blocks lowest rank first (LRU inside a rank) and knows
+nothing else; this object turns program state into those ranks (`kv_memory="program"`):
+
+- rank 0 (`NO_OWNER_RANK`): KV no live program owns (ended, expired, one-call programs);
+- a live program's KV: `policy.retention_rank(level, ..., retained)`, where `level` is the
+  level its next call enters (or its queued call waits in) and `retained` says the program
+  has a queued call or is in a tool call within its retention time and the budget;
+- an admission of a call at level L may evict only ranks up to that of a live, not retained
+  program at L (`admission_rank`), so a lower-priority call never evicts a higher-priority
+  program's retained KV: it waits (the engine's admission control).
+
+Tool-call retention: when a program's last active call finishes, its KV is retained for
+`retention_ttl_factor` x the expected tool time (the call's hint, else the program's mean
+observed gap, else `retention_prior_seconds`), capped by `retention_max_seconds`, while the
+retained blocks of all programs stay within `retention_budget` of the pool; past either, the
+blocks fall back to the live, not retained rank. Expiry pops a deadline heap once per round.
+
+With `kv_memory="lru"` every rank is 0 and admissions may evict anything (plain LRU).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable
+
+from kvcache.manager import KVCacheManager
+from scheduler.config import SchedulerConfig
+from scheduler.policies import Policy
+from scheduler.process_table import CallRecord, ProgramRecord
+
+NO_OWNER_RANK = 0.0
+UNLIMITED = float("inf")
+
+
+class ProgramMemory:
+    """Sets the ranks of programs' cached KV and tracks tool-call retention.
+
+    Owns: the retention records (program id -> retained block count and deadline) and their
+    expiry heap. The KV cache owns the blocks; this only re-ranks them through
+    `KVCacheManager.set_rank`, keyed by program id.
+    """
+
+    def __init__(self, config: SchedulerConfig, kv: KVCacheManager, policy: Policy,
+                 num_levels: int) -> None:
+        self.enabled = config.kv_memory == "program"
+        self.config = config
+        self.kv = kv
+        self.policy = policy
+        self.num_levels = num_levels
+        self.budget_blocks = int(config.retention_budget * kv.pool.num_usable)
+        self._retained: dict[str, tuple[int, float]] = {}  # program -> (blocks, deadline)
+        self._retained_blocks = 0
+        self._expiry: list[tuple[float, int, str]] = []
+        self._tie = itertools.count()
+        self.num_retained = 0
+        self.num_retention_expired = 0
+
+    @property
+    def retained_blocks(self) -> int:
+        return self._retained_blocks
+
+    def rank(self, level: int, retained: bool) -> float:
+        if not self.enabled:
+            return NO_OWNER_RANK
+        return self.policy.retention_rank(level, self.num_levels, retained)
+
+    def admission_rank(self, level: int) -> float:
+        """The highest rank an admission at `level` may evict."""
+        return self.rank(level, retained=False) if self.enabled else UNLIMITED
+
+    def queued(self, program: ProgramRecord, level: int) -> None:
+        """A call of `program` waits at `level`: its KV is retained there (ends any
+        tool-call retention, whose place the queued call takes)."""
+        if not self.enabled:
+            return
+        self._release(program.program_id)
+        self.kv.set_rank(program.program_id, self.rank(level, retained=True))
+
+    def free_rank(self, program: ProgramRecord, level: int) -> float:
+        """Rank for blocks a call of `program` frees while it still has a call at `level`
+        (preempted, or a sibling still active)."""
+        return self.rank(level, retained=True)
+
+    def finished(self, program: ProgramRecord, call: CallRecord, level: int, num_blocks: int,
+                 now: float) -> float:
+        """`call` of `program` finished and frees `num_blocks` blocks; its next call would
+        enter `level`. Returns the rank for those blocks (retained if the program has other
+        active calls, or if a tool-call retention fits the budget)."""
+        if program.ephemeral and not program.active_calls:
+            return NO_OWNER_RANK
+        if not self.enabled:
+            return NO_OWNER_RANK
+        if program.active_calls:
+            return self.rank(level, retained=True)
+        self._release(program.program_id)
+        ttl = self.retention_seconds(program, call)
+        retained = 0 < ttl and self._retained_blocks + num_blocks <= self.budget_blocks
+        if retained:
+            deadline = now + ttl
+            self._retained[program.program_id] = (num_blocks, deadline)
+            self._retained_blocks += num_blocks
+            heapq.heappush(self._expiry, (deadline, next(self._tie), program.program_id))
+            self.num_retained += 1
+        rank = self.rank(level, retained)
+        self.kv.set_rank(program.program_id, rank)
+        return rank
+
+    def retention_seconds(self, program: ProgramRecord, call: CallRecord) -> float:
+        """How long to retain `program`'s KV after `call`: the TTL factor times the expected
+        tool time, at most `retention_max_seconds`."""
+        if call.expected_tool_seconds is not None:
+            expected = call.expected_tool_seconds
+        elif program.num_tool_gaps:
+            expected = program.external_time / program.num_tool_gaps
+        else:
+            expected = self.config.retention_prior_seconds
+        return min(self.config.retention_max_seconds,
+                   self.config.retention_ttl_factor * expected)
+
+    def ended(self, program_id: str) -> None:
+        """The program ended or expired: its KV is nobody's now."""
+        if not self.enabled:
+            return
+        self._release(program_id)
+        self.kv.set_rank(program_id, NO_OWNER_RANK)
+
+    def expire(self, now: float, level_of: Callable[[str], int | None]) -> None:
+        """End the retention of programs past their deadline; `level_of(program_id)` is the
+        level the program's next call would enter (None if it is no longer live)."""
+        while self._expiry and self._expiry[0][0] <= now:
+            deadline, _, program_id = heapq.heappop(self._expiry)
+            held = self._retained.get(program_id)
+            if held is None or held[1] != deadline:
+                continue  # released or renewed since
+            self._release(program_id)
+            self.num_retention_expired += 1
+            level = level_of(program_id)
+            self.kv.set_rank(program_id, NO_OWNER_RANK if level is None
+                             else self.rank(level, retained=False))
+
+    def _release(self, program_id: str) -> None:
+        held = self._retained.pop(program_id, None)
+        if held is not None:
+            self._retained_blocks -= held[0]
