@@ -55,20 +55,22 @@ class TokenIds(_message.Message):
     def __init__(self, ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("program_id", "thread_id", "call_id", "text", "token_ids", "sampling")
+    __slots__ = ("program_id", "thread_id", "call_id", "text", "token_ids", "sampling", "expected_tool_seconds")
     PROGRAM_ID_FIELD_NUMBER: _ClassVar[int]
     THREAD_ID_FIELD_NUMBER: _ClassVar[int]
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_TOOL_SECONDS_FIELD_NUMBER: _ClassVar[int]
     program_id: str
     thread_id: str
     call_id: str
     text: str
     token_ids: TokenIds
     sampling: SamplingParams
-    def __init__(self, program_id: _Optional[str] = ..., thread_id: _Optional[str] = ..., call_id: _Optional[str] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ...) -> None: ...
+    expected_tool_seconds: float
+    def __init__(self, program_id: _Optional[str] = ..., thread_id: _Optional[str] = ..., call_id: _Optional[str] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., expected_tool_seconds: _Optional[float] = ...) -> None: ...
 
 class Delta(_message.Message):
     __slots__ = ("token_ids", "text")

@@ -89,10 +89,16 @@ def _sampling_params(sampling: dict[str, Any]) -> agentix_pb2.SamplingParams:
 def _generate_request(program_id: str | None, prompt: Prompt, thread_id: str | None,
                       call_id: str | None, sampling: dict[str, Any]
                       ) -> agentix_pb2.GenerateRequest:
-    """A GenerateRequest; raises TypeError for an unknown sampling key or a bad prompt type."""
+    """A GenerateRequest; raises TypeError for an unknown sampling key or a bad prompt type.
+    `expected_tool_seconds` among the keyword arguments is the call's tool-time hint, not a
+    sampling parameter."""
+    sampling = dict(sampling)
+    tool_seconds = sampling.pop("expected_tool_seconds", None)
     request = agentix_pb2.GenerateRequest(program_id=program_id or "", thread_id=thread_id or "",
                                           call_id=call_id or "",
                                           sampling=_sampling_params(sampling))
+    if tool_seconds is not None:
+        request.expected_tool_seconds = tool_seconds
     if isinstance(prompt, str):
         request.text = prompt
     elif isinstance(prompt, Sequence) and not isinstance(prompt, (bytes, bytearray)):

@@ -150,6 +150,8 @@ class AgentixServicer(agentix_pb2_grpc.AgentixServicer):
         program_id = request.program_id or None
         call_id = request.call_id or None
         thread_id = request.thread_id or None
+        tool_seconds = (request.expected_tool_seconds
+                        if request.HasField("expected_tool_seconds") else None)
 
         def add(engine: LLMEngine) -> str:
             if program_id is not None:
@@ -158,7 +160,8 @@ class AgentixServicer(agentix_pb2_grpc.AgentixServicer):
             for _ in range(ID_ATTEMPTS):
                 try:
                     return engine.add_call(program_id, prompt, params, thread_id, call_id,
-                                           tenant=caller if program_id is None else None)
+                                           tenant=caller if program_id is None else None,
+                                           expected_tool_seconds=tool_seconds)
                 except DuplicateCallError:
                     if call_id is not None:
                         raise

@@ -31,9 +31,12 @@ class Sim:
         return self.scheduler.start_program(self.now, program_id, tenant)
 
     def call(self, program_id: str, call_id: str, prompt_len: int = 8, output_len: int = 4,
-             thread_id: str | None = None, expected_tool_seconds: float | None = None
-             ) -> SimCall:
+             thread_id: str | None = None, expected_tool_seconds: float | None = None,
+             token_ids: list[int] | None = None) -> SimCall:
+        """Queue a SimCall (prompt `token_ids` if given, of length `prompt_len`)."""
         call = SimCall(call_id, prompt_len, output_len, self.now, next(self._index))
+        if token_ids is not None:
+            call.all_token_ids = list(token_ids)
         self.calls[call_id] = call
         self.scheduler.add(call, self.now, program_id, thread_id, expected_tool_seconds)
         return call
