@@ -218,3 +218,18 @@ def test_token_metadata_is_sent(auth_server):
         with client.program() as prog:
             assert prog.info()["tenant"] == "team-a"
             assert len(prog.generate(PROMPTS[0], **GREEDY).token_ids) == 8
+
+
+def test_expected_tool_seconds_reaches_the_engine(client, server):
+    """A hint of 0 s keeps nothing after the call; a long hint retains the program's KV."""
+    def stats():
+        return server.engine_loop.call(lambda engine: engine.scheduler.stats())
+
+    with client.program() as prog:
+        before = stats()["retentions"]
+        prog.generate(PROMPTS[0], expected_tool_seconds=0.0, **GREEDY)
+        assert stats()["retentions"] == before
+        prog.generate(PROMPTS[0], expected_tool_seconds=30.0, **GREEDY)
+        after = stats()
+        assert after["retentions"] == before + 1 and after["retained_blocks"] == 2  # 13 tokens
+    assert stats()["retained_blocks"] == 0  # ending the program released it

@@ -31,6 +31,15 @@ BAD_GENERATE = {
     "negative max_tokens": (gen_request(GOOD, max_tokens=-3), "max_tokens"),
     "negative seed": (gen_request(GOOD, seed=-1), "seed"),
     "empty stop string": (gen_request(GOOD, stop=[""]), "stop"),
+    "negative tool time": (pb.GenerateRequest(token_ids=pb.TokenIds(ids=GOOD),
+                                              expected_tool_seconds=-1.0),
+                           "expected_tool_seconds"),
+    "nan tool time": (pb.GenerateRequest(token_ids=pb.TokenIds(ids=GOOD),
+                                         expected_tool_seconds=float("nan")),
+                      "expected_tool_seconds"),
+    "tool time past a day": (pb.GenerateRequest(token_ids=pb.TokenIds(ids=GOOD),
+                                                expected_tool_seconds=1e6),
+                             "expected_tool_seconds"),
 }
 
 
