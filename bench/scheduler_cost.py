@@ -2,6 +2,7 @@
 waiting calls and a large process table, and how it grows with the number of programs.
 
     python -m bench.scheduler_cost [--running 512] [--waiting 4096] [--programs 1000,10000,100000]
+                                   [--kv-memory lru,program]
 
 No model: SimCalls advance by one token per step (token-mode service, ATLAS policy), with a
 block pool big enough for the running calls but not for the waiting ones, so every decision
@@ -22,14 +23,17 @@ from scheduler.policies import make_policy
 from scheduler.scheduler import Scheduler
 
 
-def measure(num_programs: int, running: int, waiting: int, steps: int, policy: str) -> dict:
-    """Median and p90 seconds of `Scheduler.schedule` over `steps` decisions."""
+def measure(num_programs: int, running: int, waiting: int, steps: int, policy: str,
+            kv_memory: str = "program") -> dict:
+    """Median and p90 seconds of `Scheduler.schedule` over `steps` decisions, with prefix
+    caching, a host tier and the given KV memory."""
     block_size, prompt = 16, 64
     kv = KVCacheManager(num_blocks=running * 16, block_size=block_size,
                         num_host_blocks=running * 16, enable_prefix_caching=True)
     scheduler = Scheduler(SchedulerConfig(max_num_seqs=running, max_num_batched_tokens=
                                           running * prompt + running, service_mode="tokens",
-                                          quantum_base=64, program_ttl=1e9), kv,
+                                          quantum_base=64, program_ttl=1e9,
+                                          kv_memory=kv_memory), kv,
                           make_policy(policy))
     for p in range(num_programs):
         scheduler.start_program(0.0, f"p{p}")
@@ -48,7 +52,7 @@ def measure(num_programs: int, running: int, waiting: int, steps: int, policy: s
         now += 1.0
         scheduler.update(plan, [7 if c.samples else None for c in plan.chunks], now)
     scheduler.check_integrity()
-    return {"programs": num_programs, "running": len(scheduler.running),
+    return {"kv_memory": kv_memory, "programs": num_programs, "running": len(scheduler.running),
             "waiting": scheduler.num_waiting, "median_ms": statistics.median(times) * 1e3,
             "p90_ms": statistics.quantiles(times, n=10)[-1] * 1e3,
             "preemptions": scheduler.num_preemptions}
@@ -61,13 +65,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--programs", default="1000,10000,100000")
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--policy", default="atlas")
+    parser.add_argument("--kv-memory", default="lru,program",
+                        help="KV memories to measure side by side")
     args = parser.parse_args(argv)
-    print("| programs | running | waiting | median ms | p90 ms | preemptions |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| kv memory | programs | running | waiting | median ms | p90 ms | preemptions |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for n in (int(x) for x in args.programs.split(",")):
-        r = measure(n, args.running, args.waiting, args.steps, args.policy)
-        print(f"| {r['programs']} | {r['running']} | {r['waiting']} | {r['median_ms']:.3f} | "
-              f"{r['p90_ms']:.3f} | {r['preemptions']} |", flush=True)
+        for memory in args.kv_memory.split(","):
+            r = measure(n, args.running, args.waiting, args.steps, args.policy, memory)
+            print(f"| {memory} | {r['programs']} | {r['running']} | {r['waiting']} | "
+                  f"{r['median_ms']:.3f} | {r['p90_ms']:.3f} | {r['preemptions']} |",
+                  flush=True)
 
 
 if __name__ == "__main__":
