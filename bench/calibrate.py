@@ -31,9 +31,10 @@ import numpy as np
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
 
+from bench.baselines import engine_config_for
 from bench.cost_model import CostModel, ModelPreset
 from bench.real_run import StepRecorder, real_engine
-from bench.simulate import PromptMaker, engine_config_for
+from bench.simulate import PromptMaker
 from bench.step_fit import Fit, Shape, StepSample, cpu_preset, fit_step_times, model_preset_for
 from bench.trace import TraceCall
 

@@ -1,5 +1,5 @@
-"""Capacity search: the arrival rate at which each policy's mean normalized latency reaches the
-latency target, found by bracketing and bisection instead of a fixed grid of rates.
+"""Capacity search: the arrival rate at which each policy's mean normalized latency reaches
+each latency target, found by bracketing and bisection instead of a fixed grid of rates.
 
 The policies' capacities can be an order of magnitude apart (`vllm` against `atlas`), so a
 shared grid is either coarse or slow. Here every policy gets its own rates:
@@ -10,6 +10,10 @@ shared grid is either coarse or slow. Here every policy gets its own rates:
 2. bisect the bracket in log(rate) `iterations` times;
 3. the capacity is interpolated from all points run (`bench.sweep.capacity`).
 
+With several targets (the relative one, then a fixed one) a policy's searches run one after
+the other and share its runs: a (policy, rate) pair already run is never run again, so the
+second search walks the first one's doubling ladder for free.
+
 One trace is generated at 1 program/s and time-scaled for every rate (`retimed`: arrival /
 rate, the same programs in the same Poisson pattern), so all policies and rates see the same
 programs.
@@ -18,17 +22,25 @@ programs.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
 from tqdm import tqdm
 
-from bench.sweep import (SweepPoint, capacity_table, generate_trace, meets_target,
-                         plot_latency, run_point)
+from bench.sweep import SweepPoint, generate_trace, meets_target, run_point
+from bench.sweep_report import capacity_table, plot_latency, points_table
 from bench.trace import Trace
 
 BASE_RATE = 1.0
+
+
+@dataclass(frozen=True)
+class LatencyTarget:
+    """A mean normalized latency target (s/token) and how it was chosen (for the report)."""
+
+    seconds_per_token: float
+    how: str
 
 
 def retimed(trace: Trace, rate: float, base_rate: float = BASE_RATE) -> Trace:
@@ -64,56 +76,64 @@ def search(run: Callable[[float], SweepPoint], target: float, start_rate: float,
     return points
 
 
-def find_capacities(workload: str, policies: Sequence[str], target: float, num_programs: int,
-                    seed: int, start_rate: float, iterations: int = 3,
+def find_capacities(workload: str, policies: Sequence[str], targets: Sequence[float],
+                    num_programs: int, seed: int, start_rate: float, iterations: int = 3,
                     preset: str = "a100-80g", model: str = "llama-3.1-8b",
                     progress: bool = True) -> list[SweepPoint]:
-    """Run `search` for every policy on one trace; all points, policy by policy."""
+    """Run `search` for every policy and then every target on one trace; every (policy, rate)
+    pair is run once. Returns the points, policy by policy, in the order run."""
     base = generate_trace(workload, num_programs, seed, BASE_RATE)
     points: list[SweepPoint] = []
     bar = tqdm(desc=f"capacity {workload}", unit="run", disable=not progress)
     try:
         for policy in policies:
-            def run(rate: float, policy: str = policy) -> SweepPoint:
+            def simulate_at(rate: float, policy: str = policy) -> SweepPoint:
                 bar.set_postfix_str(f"{policy} @ {rate:.3g}/s")
                 point = run_point(workload, retimed(base, rate), policy, rate, preset, model)
+                points.append(point)
                 bar.update(1)
                 return point
 
-            points += search(run, target, start_rate, iterations)
+            run = memoized(simulate_at)
+            for target in targets:
+                search(run, target, start_rate, iterations)
     finally:
         bar.close()
     return points
 
 
-def points_table(points: Sequence[SweepPoint]) -> str:
-    """Markdown, one row per run (policies in first-seen order, rates ascending): latencies
-    (mean, P95, P99), throughput, completed programs, simulation wall time."""
-    order = {policy: i for i, policy in enumerate(dict.fromkeys(p.policy for p in points))}
-    lines = ["| policy | rate (programs/s) | mean | P95 | P99 | throughput (tokens/s) | "
-             "completed | sim seconds |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for p in sorted(points, key=lambda q: (order[q.policy], q.rate)):
-        lines.append(f"| {p.policy} | {p.rate:.3g} | {p.mean_norm_latency:.4f} | "
-                     f"{p.p95_norm_latency:.4f} | {p.p99_norm_latency:.4f} | "
-                     f"{p.throughput_tokens_per_s:.0f} | {p.programs_completed}/{p.num_programs} "
-                     f"| {p.sim_wall_seconds:.1f} |")
-    return "\n".join(lines) + "\n"
+def memoized(run: Callable[[float], SweepPoint]) -> Callable[[float], SweepPoint]:
+    """`run` that runs each rate once and gives back the first point for a repeated rate."""
+    seen: dict[float, SweepPoint] = {}
+
+    def once(rate: float) -> SweepPoint:
+        if rate not in seen:
+            seen[rate] = run(rate)
+        return seen[rate]
+
+    return once
 
 
-def write_outputs(points: Sequence[SweepPoint], target: float, how: str, out_dir: str | Path,
-                  command: str) -> tuple[Path, Path]:
-    """Write `capacity_<workload>.md` (command, target, capacity table, every run) and
-    `capacity_<workload>.png` (latency against rate per policy) into `out_dir`."""
+def write_outputs(points: Sequence[SweepPoint], targets: Sequence[LatencyTarget],
+                  out_dir: str | Path, command: str) -> tuple[Path, Path]:
+    """Write `capacity_<workload>.md` (command, targets, one capacity table per target, every
+    run) and `capacity_<workload>.png` (latency against rate per policy, each target dashed)
+    into `out_dir`."""
     workload = points[0].workload
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     md_path, png_path = out / f"capacity_{workload}.md", out / f"capacity_{workload}.png"
-    md_path.write_text("\n".join([
-        f"# Capacity search: {workload}", "", "```", command, "```", "",
-        f"Latency target: {target:.4f} s/token ({how})", "",
-        capacity_table(points, target), "Every run (latencies in s/token):", "",
-        points_table(points)]))
-    plot_latency(points, target, png_path, f"{workload}: latency against rate")
+    parts = [f"# Capacity search: {workload}", "", "```", command, "```", "",
+             "Latency targets: " + "; ".join(_describe(t) for t in targets), ""]
+    for target in targets:
+        parts += [f"## Target {_describe(target)}", "",
+                  capacity_table(points, target.seconds_per_token)]
+    parts += ["## Every run (latencies in s/token)", "", points_table(points)]
+    md_path.write_text("\n".join(parts))
+    plot_latency(points, [t.seconds_per_token for t in targets], png_path,
+                 f"{workload}: latency against rate")
     return md_path, png_path
 
+
+def _describe(target: LatencyTarget) -> str:
+    return f"{target.seconds_per_token:.4f} s/token ({target.how})"

@@ -1,7 +1,8 @@
 """`agentix bench ...`: benchmark commands. `agentix bench sim` replays a generated workload
 through the engine with the simulated executor and prints program-level metrics; `agentix bench
 sweep` runs several policies over several arrival rates and reports each policy's capacity;
-`agentix bench capacity` searches each policy's capacity by bracketing and bisection;
+`agentix bench capacity` searches each policy's capacity at a relative and a fixed latency
+target by bracketing and bisection;
 `agentix bench sensitivity` varies one scheduler knob at a time;
 `agentix bench calibrate` fits the cost model to the real engine on this machine and checks the
 simulator against the real engine on a scaled-down trace."""
@@ -11,19 +12,31 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-from typing import Any
+import math
+from typing import TYPE_CHECKING, Any
 
+from bench.baselines import BASELINES
 from bench.cost_model import GPU_PRESETS, MODEL_PRESETS
 from bench.metrics import compute_metrics, metrics_by_workload
-from bench.simulate import BASELINES
+
+if TYPE_CHECKING:
+    from bench.capacity import LatencyTarget
 
 WORKLOADS = ("sharegpt", "bfcl", "lats", "mixed")
+FIXED_TARGET = 0.3  # s/token: `capacity`'s second latency target
 
 
 def _positive_float(text: str) -> float:
     value = float(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _nonnegative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"must be finite and >= 0, got {text}")
     return value
 
 
@@ -47,10 +60,14 @@ def _sim(args: argparse.Namespace) -> None:
         "programs": args.programs, "seed": args.seed, "overrides": dict(args.set),
         "preset": result.preset,
         "model": result.model, **metrics.to_dict(),
-        "num_steps": result.num_steps, "num_tokens_computed": result.num_tokens_computed,
+        "ttft_p50_s": result.ttft_percentile(50), "ttft_p99_s": result.ttft_percentile(99),
+        "num_calls": len(result.call_finish), "num_steps": result.num_steps,
+        "num_tokens_computed": result.num_tokens_computed,
+        "prefill_tokens_computed": result.prefill_tokens_computed,
         "num_preemptions": result.num_preemptions,
         "num_swap_outs": result.num_swap_outs, "swap_seconds": result.swap_seconds,
         "num_kv_blocks": result.num_kv_blocks, "sim_wall_seconds": result.wall_seconds,
+        "scheduler_stats": result.scheduler_stats,
     }
     summary["by_workload"] = {name: m.to_dict()
                               for name, m in metrics_by_workload(result.programs).items()}
@@ -66,9 +83,14 @@ def _sim(args: argparse.Namespace) -> None:
           f"P99 {metrics.p99_norm_latency:.4f}")
     print(f"  throughput           {metrics.throughput_tokens_per_s:.1f} tokens/s "
           f"({metrics.generated_tokens} tokens, makespan {metrics.makespan_s:.1f} s)")
+    print(f"  time to first token  P50 {summary['ttft_p50_s']:.3f} s  "
+          f"P99 {summary['ttft_p99_s']:.3f} s (per call)")
     print(f"  engine               {result.num_steps} steps, {result.num_tokens_computed} "
-          f"tokens computed, {result.num_preemptions} "
-          f"preemptions, {result.num_swap_outs} swap-outs ({result.swap_seconds:.2f} s)")
+          f"tokens computed ({result.prefill_tokens_computed} prefill), "
+          f"{result.num_preemptions} preemptions, {result.num_swap_outs} swap-outs "
+          f"({result.swap_seconds:.2f} s)")
+    print("  scheduler            " + ", ".join(f"{name} {value:g}" for name, value
+                                                 in result.scheduler_stats.items()))
     for name, m in summary["by_workload"].items():
         print(f"  {name:<20} {m['programs_completed']} programs, norm latency mean "
               f"{m['mean_norm_latency']:.4f}  P95 {m['p95_norm_latency']:.4f}")
@@ -113,7 +135,8 @@ def _sweep(args: argparse.Namespace) -> None:
     import sys
     import time
 
-    from bench.sweep import capacity_table, latency_table, sweep, write_outputs
+    from bench.sweep import sweep
+    from bench.sweep_report import capacity_table, latency_table, write_sweep
 
     start = time.perf_counter()
     target, how = _target(args)
@@ -126,7 +149,7 @@ def _sweep(args: argparse.Namespace) -> None:
     print(capacity_table(points, target))
     argv = sys.argv[1:] if args.argv is None else args.argv
     command = "agentix bench " + " ".join(shlex.quote(a) for a in argv)
-    md, png = write_outputs(points, target, args.out, command=command)
+    md, png = write_sweep(points, target, args.out, command=command)
     print(f"wrote {md} and {png} in {time.perf_counter() - start:.1f} s")
 
 
@@ -252,26 +275,39 @@ def _target(args: argparse.Namespace) -> tuple[float, str]:
             f"{TARGET_FACTOR:g} x vllm's mean at {UNLOADED_RATE:g} programs/s")
 
 
+def _capacity_targets(args: argparse.Namespace) -> list[LatencyTarget]:
+    """The relative (or `--target`) latency target, then `--fixed-target` unless it is 0."""
+    from bench.capacity import LatencyTarget
+
+    targets = [LatencyTarget(*_target(args))]
+    if args.fixed_target:
+        targets.append(LatencyTarget(args.fixed_target, "fixed"))
+    return targets
+
+
 def _capacity(args: argparse.Namespace) -> None:
     import shlex
     import sys
     import time
 
     from bench.capacity import find_capacities, write_outputs
-    from bench.sweep import capacity_table
+    from bench.sweep_report import capacity_table
 
     start = time.perf_counter()
-    target, how = _target(args)
+    targets = _capacity_targets(args)
     print(f"{args.workload} x {args.programs} programs (seed {args.seed}), {args.model} on "
-          f"{args.preset}; latency target {target:.4f} s/token ({how})", flush=True)
-    points = find_capacities(args.workload, args.policies, target, args.programs, args.seed,
+          f"{args.preset}; latency targets " + "; ".join(
+              f"{t.seconds_per_token:.4f} s/token ({t.how})" for t in targets), flush=True)
+    points = find_capacities(args.workload, args.policies,
+                             [t.seconds_per_token for t in targets], args.programs, args.seed,
                              args.start_rate, args.iterations, args.preset, args.model,
                              progress=not args.no_progress)
-    print()
-    print(capacity_table(points, target))
+    for target in targets:
+        print()
+        print(capacity_table(points, target.seconds_per_token))
     argv = sys.argv[1:] if args.argv is None else args.argv
     command = "agentix bench " + " ".join(shlex.quote(a) for a in argv)
-    md, png = write_outputs(points, target, how, args.out, command)
+    md, png = write_outputs(points, targets, args.out, command)
     print(f"wrote {md} and {png} in {time.perf_counter() - start:.1f} s")
 
 
@@ -346,15 +382,20 @@ def build_parser() -> argparse.ArgumentParser:
                     help="comma-separated program arrival rates per second")
     sw.set_defaults(run=_sweep)
 
-    cap = sub.add_parser("capacity", help="each policy's capacity by bracketing and bisection")
+    cap = sub.add_parser("capacity", help="each policy's capacity at two latency targets by "
+                         "bracketing and bisection")
     _add_policy_run_arguments(cap, programs=300, out_files="capacity_<workload>.*")
     cap.add_argument("--start-rate", type=_positive_float, default=1.0,
                      help="first rate tried for every policy (programs/s)")
-    cap.add_argument("--iterations", type=int, default=3, help="bisection steps per policy")
+    cap.add_argument("--iterations", type=int, default=3,
+                     help="bisection steps per policy and target")
+    cap.add_argument("--fixed-target", type=_nonnegative_float, default=FIXED_TARGET,
+                     help=f"a second, absolute latency target in s/token (default "
+                          f"{FIXED_TARGET:g}; 0: none)")
     cap.set_defaults(run=_capacity)
 
     se = sub.add_parser("sensitivity", help="one scheduler knob at a time (K, quantum, beta, "
-                        "multistep) on one trace")
+                        "multistep, program service half-life) on one trace")
     se.add_argument("--workload", choices=WORKLOADS, required=True)
     se.add_argument("--rate", type=_positive_float, required=True)
     se.add_argument("--programs", type=_positive_int, default=300)

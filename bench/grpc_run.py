@@ -1,6 +1,6 @@
 """The real engine behind its gRPC server, driven by a client in real time: a scaled-down mixed
 trace on a CPU with a small model, once per policy on a fresh server, and the program-level
-metrics of each (`python -m bench.grpc_run`).
+metrics and prefill tokens computed of each (`python -m bench.grpc_run`).
 
 The server runs in this process (`server.app.start_server`, the engine on its own thread) with
 few running calls (`max_num_seqs`) so that calls queue. The client (`AsyncAgentixClient`) plays
@@ -8,11 +8,19 @@ the trace as the simulator's driver does: a program opens at its arrival; a call
 all its parents have finished and then its `delay` has passed (a root call: its delay after the
 arrival), with the simulator's made-up prompt ids (`bench.simulate.PromptMaker`, a shared
 prefix included), `max_tokens = output_len` and `ignore_eos`; the program ends after its last
-call. A program's finish is when its last completion arrived; its tokens are all it received.
-Real sleeps, so a run lasts the trace's whole span.
+call. A program's finish is when its last completion arrived; its tokens are all it received;
+its prefill tokens computed are its calls' prompt tokens less those the server served from
+cache (each completion's usage). Real sleeps, so a run lasts the trace's whole span.
 
-"fcfs" here is the `optimized` baseline (FCFS with the same chunked prefill, prefix caching and
-multistep as `atlas`), so the two runs differ only in the scheduling policy.
+Every call after a program's first waits for a tool (`with_tool_delays`): one without a delay
+of its own (ShareGPT, LATS) gets one drawn from the BFCL generator's `TOOL_DELAY_S`, in
+seconds like the trace's own BFCL delays (the run keeps the trace's time axis), so programs
+sit idle between calls and the KV memory decides whether their history is still cached.
+
+The default policies are `optimized` (FCFS with the same chunked prefill, prefix caching and
+multistep as the others), `atlas-lru` (ATLAS on the LRU cache) and `atlas` (ATLAS with
+program-aware memory): the first pair differs in the scheduling only, the second in the KV
+memory only.
 """
 
 from __future__ import annotations
@@ -20,15 +28,35 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
+from bench.baselines import engine_config_for
 from bench.metrics import Metrics, compute_metrics
-from bench.simulate import ProgramResult, PromptMaker, engine_config_for
+from bench.simulate import ProgramResult, PromptMaker
 from bench.trace import Trace, TraceCall, TraceProgram
+from bench.workloads.bfcl import TOOL_DELAY_S
 
-DEFAULT_POLICIES = ("optimized", "atlas")
+DEFAULT_POLICIES = ("optimized", "atlas-lru", "atlas")
+
+
+def with_tool_delays(trace: Trace, seed: int,
+                     delay_range: tuple[float, float] = TOOL_DELAY_S) -> Trace:
+    """`trace` with a delay drawn uniformly from `delay_range` (seconds;
+    `random.Random(seed)`, calls in trace order) for every call that has parents and no delay
+    of its own; every other call is kept as it is."""
+    rng = random.Random(seed)
+
+    def call_with_delay(call: TraceCall) -> TraceCall:
+        if not call.parents or call.delay > 0:
+            return call
+        return replace(call, delay=rng.uniform(*delay_range))
+
+    return Trace(tuple(replace(p, calls=tuple(call_with_delay(c) for c in p.calls))
+                       for p in trace.programs))
 
 
 def server_config(model_dir: str | Path, policy: str, **fields: Any):
@@ -40,17 +68,18 @@ def server_config(model_dir: str | Path, policy: str, **fields: Any):
                         **engine_config_for(policy, {"dtype": "float32", **fields}))
 
 
-async def drive(address: str, trace: Trace, vocab: int) -> list[ProgramResult]:
-    """Play `trace` against the server at `address` in real time; one result per program,
-    with times in seconds since the start of the run."""
+async def drive(address: str, trace: Trace, vocab: int) -> tuple[list[ProgramResult], int]:
+    """Play `trace` against the server at `address` in real time. Returns one result per
+    program, with times in seconds since the start of the run, and the prefill tokens the
+    server computed (prompt tokens less cached tokens, summed over every call)."""
     from server.client import AsyncAgentixClient
 
     prompts = PromptMaker(vocab)
     async with AsyncAgentixClient(address) as client:
         start = asyncio.get_running_loop().time()
-        return list(await asyncio.gather(*(
-            _run_program(client, prompts, index, program, start)
-            for index, program in enumerate(trace.programs))))
+        runs = await asyncio.gather(*(_run_program(client, prompts, index, program, start)
+                                      for index, program in enumerate(trace.programs)))
+    return [result for result, _ in runs], sum(prefill for _, prefill in runs)
 
 
 async def _sleep_until(start: float, t: float) -> None:
@@ -60,32 +89,38 @@ async def _sleep_until(start: float, t: float) -> None:
 
 
 async def _run_program(client: Any, prompts: PromptMaker, index: int, program: TraceProgram,
-                       start: float) -> ProgramResult:
+                       start: float) -> tuple[ProgramResult, int]:
+    """The program's result and its calls' prefill tokens computed."""
     loop = asyncio.get_running_loop()
     await _sleep_until(start, program.arrival)
-    calls: dict[str, asyncio.Task[tuple[float, int]]] = {}
+    calls: dict[str, asyncio.Task[tuple[float, int, int]]] = {}
 
-    async def run_call(prog: Any, call: TraceCall) -> tuple[float, int]:
+    async def run_call(prog: Any, call: TraceCall) -> tuple[float, int, int]:
         ready = max([(await calls[p])[0] for p in call.parents], default=program.arrival)
         await _sleep_until(start, ready + call.delay)
         completion = await prog.generate(prompts.prompt(index, call, program),
                                          call_id=f"{program.program_id}/{call.call_id}",
                                          max_tokens=call.output_len, ignore_eos=True)
-        return loop.time() - start, len(completion.token_ids)
+        usage = completion.usage
+        return (loop.time() - start, len(completion.token_ids),
+                usage.prompt_tokens - usage.cached_tokens)
 
     async with client.program(program_id=program.program_id) as prog:
         for call in program.calls:  # topological order: parents' tasks exist already
             calls[call.call_id] = asyncio.create_task(run_call(prog, call))
         done = await asyncio.gather(*calls.values())
-    return ProgramResult(program.program_id, program.workload, program.arrival,
-                         max(t for t, _ in done), sum(n for _, n in done), len(program.calls))
+    result = ProgramResult(program.program_id, program.workload, program.arrival,
+                           max(t for t, _, _ in done), sum(n for _, n, _ in done),
+                           len(program.calls))
+    return result, sum(prefill for _, _, prefill in done)
 
 
 def run_policy(trace: Trace, policy: str, model_dir: str | Path,
                engine_fields: dict[str, Any]) -> tuple[list[ProgramResult], dict[str, Any]]:
     """Start a fresh server for `policy`, play `trace` against it, check that the engine is
     idle and clean (no call left, every KV block free, integrity), stop the server. Returns
-    the programs' results and the server's figures (steps, preemptions, wall seconds)."""
+    the programs' results and the run's figures (the scheduler's `stats()`, prefill tokens
+    computed, wall seconds)."""
     from server.app import start_server
 
     started = time.perf_counter()
@@ -93,16 +128,17 @@ def run_policy(trace: Trace, policy: str, model_dir: str | Path,
     try:
         free_at_start, vocab = running.engine_loop.call(
             lambda e: (e.kv.num_free_blocks, e.vocab_size))
-        results = asyncio.run(drive(running.address, trace, vocab))
+        results, prefill = asyncio.run(drive(running.address, trace, vocab))
         state = _wait_idle(running, free_at_start)
     finally:
         running.stop()
-    return results, {**state, "wall_seconds": time.perf_counter() - started}
+    return results, {**state, "prefill_tokens_computed": prefill,
+                     "wall_seconds": time.perf_counter() - started}
 
 
 def _wait_idle(running: Any, free_at_start: int, timeout: float = 10.0) -> dict[str, Any]:
     """Wait until the engine has no call and all blocks are free; raise if it does not get
-    there or its integrity check fails. Returns its step and preemption counts."""
+    there or its integrity check fails. Returns the scheduler's `stats()`."""
     def state(engine) -> tuple[bool, int, int]:
         return engine.has_unfinished_calls(), len(engine.calls), engine.kv.num_free_blocks
 
@@ -115,9 +151,7 @@ def _wait_idle(running: Any, free_at_start: int, timeout: float = 10.0) -> dict[
 
     def figures(engine) -> dict[str, Any]:
         engine.check_integrity()
-        s = engine.scheduler
-        return {"num_rounds": s.num_rounds, "num_preemptions": s.num_preemptions,
-                "num_swap_outs": s.num_swap_outs}
+        return dict(engine.scheduler.stats())
 
     return running.engine_loop.call(figures)
 
@@ -132,10 +166,13 @@ def check_tokens(trace: Trace, results: Sequence[ProgramResult]) -> None:
                                f"expected {want}")
 
 
-def format_metrics(policy: str, m: Metrics) -> str:
+def format_metrics(policy: str, m: Metrics, prefill_tokens: int) -> str:
+    """One report line: normalized latency (mean, P50, P95), throughput, makespan and the
+    prefill tokens computed."""
     return (f"{policy:<10} mean {m.mean_norm_latency:.4f}  P50 {m.p50_norm_latency:.4f}  "
             f"P95 {m.p95_norm_latency:.4f}  s/token;  throughput "
-            f"{m.throughput_tokens_per_s:.1f} tokens/s, makespan {m.makespan_s:.1f} s")
+            f"{m.throughput_tokens_per_s:.1f} tokens/s, makespan {m.makespan_s:.1f} s;  "
+            f"prefill computed {prefill_tokens} tokens")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -157,14 +194,18 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     print("the gRPC server runs in this process; the first policy is the reference")
     trace, fields = real_run_setup(args)
+    trace = with_tool_delays(trace, args.seed)
+    low, high = TOOL_DELAY_S
+    print(f"tool delays: every later call without one waits U({low:g}, {high:g}) s", flush=True)
     figures: dict[str, Any] = {}
     for policy in args.policies:
         results, server = run_policy(trace, policy, args.model_dir, fields)
         check_tokens(trace, results)
         metrics = compute_metrics(results)
         figures[policy] = {**metrics.to_dict(), **server}
-        print(format_metrics(policy, metrics) + f"  ({server['wall_seconds']:.0f} s, "
-              f"{server['num_preemptions']} preemptions)", flush=True)
+        print(format_metrics(policy, metrics, server["prefill_tokens_computed"])
+              + f"  ({server['wall_seconds']:.0f} s, {server['num_preemptions']} preemptions)",
+              flush=True)
     reference = args.policies[0]
     for policy in args.policies[1:]:
         a, b = figures[reference], figures[policy]

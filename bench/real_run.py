@@ -19,8 +19,9 @@ from engine.executor import Executor, StepResult
 from engine.llm_engine import LLMEngine
 from scheduler.plan import SchedulePlan
 
+from bench.baselines import engine_config_for
 from bench.cost_model import chunk_shapes
-from bench.simulate import Driver, PromptMaker, SimResult, engine_config_for
+from bench.simulate import Driver, PromptMaker, SimResult, run_result
 from bench.step_fit import StepSample
 from bench.trace import Trace
 from bench.wall_clock import WallClock
@@ -28,15 +29,17 @@ from bench.wall_clock import WallClock
 
 class StepRecorder:
     """Wraps the engine's real executor with the counters the simulator's driver and results
-    read (`num_steps`: non-empty plans; swap transfers and seconds; busy seconds). With
-    `record`, every step that runs chunks is kept in `samples` (its wall time is that of the
-    executor: the model step, the swaps and sampling)."""
+    read (`num_steps`: non-empty plans; `num_tokens_computed`: tokens of every chunk run; swap
+    transfers and seconds; busy seconds). With `record`, every step that runs chunks is kept
+    in `samples` (its wall time is that of the executor: the model step, the swaps and
+    sampling)."""
 
     def __init__(self, inner: Executor, record: bool = False) -> None:
         self.inner = inner
         self.record = record
         self.samples: list[StepSample] = []
         self.num_steps = 0
+        self.num_tokens_computed = 0
         self.num_swap_transfers = 0
         self.swap_seconds_total = 0.0
         self.busy_seconds = 0.0
@@ -48,6 +51,7 @@ class StepRecorder:
         self.busy_seconds += seconds
         if not plan.is_empty:
             self.num_steps += 1
+        self.num_tokens_computed += plan.num_batched_tokens
         self.num_swap_transfers += bool(plan.swap_out) + bool(plan.swap_in)
         self.swap_seconds_total += result.swap_seconds
         if self.record and plan.chunks:
@@ -84,13 +88,6 @@ def run_real(trace: Trace, policy: str, model_dir: str | Path,
     clock.restart(0.0)
     driver.run(trace)
     engine.check_integrity()
-    scheduler = engine.scheduler
-    return SimResult(
-        policy=policy, preset="real", model=Path(model_dir).name, programs=driver.results,
-        call_finish=driver.call_finish, call_start=driver.call_start,
-        num_steps=recorder.num_steps, num_rounds=scheduler.num_rounds,
-        num_preemptions=scheduler.num_preemptions, num_swap_outs=scheduler.num_swap_outs,
-        num_swap_transfers=recorder.num_swap_transfers,
-        swap_seconds=recorder.swap_seconds_total, busy_seconds=recorder.busy_seconds,
-        end_time=clock(), wall_seconds=time.perf_counter() - wall_start,
-        num_kv_blocks=engine.kv.pool.num_blocks)
+    return run_result(policy, "real", Path(model_dir).name, engine, recorder, driver,
+                      end_time=clock(), wall_seconds=time.perf_counter() - wall_start,
+                      num_kv_blocks=engine.kv.pool.num_blocks)

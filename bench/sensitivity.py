@@ -14,23 +14,27 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from types import MappingProxyType
+from typing import Any, Mapping, Sequence
 
 from tqdm import tqdm
 
 from engine.config import EngineConfig
 
+from bench.baselines import BASELINES, engine_config_for
 from bench.metrics import compute_metrics
-from bench.simulate import BASELINES, engine_config_for, simulate
+from bench.simulate import simulate
 from bench.sweep import generate_trace
 
-# knob -> values swept; 0 for `starvation_beta` turns anti-starvation off.
-KNOBS: dict[str, tuple[float, ...]] = {
+# knob -> values swept; 0 turns `starvation_beta` (anti-starvation) and
+# `program_service_halflife` (the decay of a program's service, seconds) off.
+KNOBS: Mapping[str, tuple[float, ...]] = MappingProxyType({
     "num_queues": (1, 2, 4, 8, 16),
     "quantum_steps": (4, 16, 64, 256, 1024),
     "starvation_beta": (0, 2, 4, 8, 16),
     "multistep": (1, 2, 4, 8, 16),
-}
+    "program_service_halflife": (0, 30, 120, 600),
+})
 
 
 @dataclass(frozen=True)
@@ -55,7 +59,7 @@ def default_value(policy: str, knob: str) -> Any:
 
 
 def run_knobs(workload: str, rate: float, num_programs: int, seed: int = 0,
-              policy: str = "atlas", knobs: dict[str, Sequence[float]] | None = None,
+              policy: str = "atlas", knobs: Mapping[str, Sequence[float]] | None = None,
               preset: str = "a100-80g", model: str = "llama-3.1-8b",
               progress: bool = True) -> list[KnobPoint]:
     """Simulate `policy` once per knob value on one trace; points in knob, value order."""
@@ -88,8 +92,11 @@ def run_knobs(workload: str, rate: float, num_programs: int, seed: int = 0,
     return points
 
 
-def _typed(knob: str, value: float) -> int | float:
-    """Engine-config type of a knob value (integers for counts)."""
+def _typed(knob: str, value: float) -> int | float | None:
+    """Engine-config value of a knob value: integers for counts, a float for
+    `starvation_beta`, None (off) for a `program_service_halflife` of 0, else a float."""
+    if knob == "program_service_halflife":
+        return float(value) if value else None
     return float(value) if knob == "starvation_beta" else int(value)
 
 

@@ -5,7 +5,9 @@ the executor is simulated (`bench.sim_executor`), so a schedule found here is on
 make. The driver owns the programs: a program starts at its arrival, a call is added once all
 its parents have finished and its `delay` has passed since the last of them (a root call: since
 the program's arrival), and the program ends when its last call finishes. When the engine has
-nothing to run the clock jumps to the next event instead of stepping.
+nothing to run the clock jumps to the next event instead of stepping. Per call it records when
+the call was added, when `engine.step()` returned its first token (the call's time to first
+token is the difference) and when it finished.
 """
 
 from __future__ import annotations
@@ -18,33 +20,17 @@ import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
-from scheduler.policy import POLICIES
 
+from bench.baselines import BLOCK_SIZE, engine_config_for
 from bench.cost_model import CostModel, ModelPreset
+from bench.metrics import percentile
 from bench.sim_executor import SimulatedExecutor, VirtualClock
 from bench.trace import Trace, TraceCall, TraceProgram
-
-BLOCK_SIZE = 16
-
-# Named configurations; each is a set of EngineConfig fields on top of `_COMMON`.
-BASELINES: dict[str, dict[str, Any]] = {
-    "vllm": dict(policy="fcfs", preemption_mode="recompute", enable_chunked_prefill=False,
-                 enable_prefix_caching=False, multistep=1),
-    "optimized": dict(policy="fcfs", preemption_mode="recompute", enable_chunked_prefill=True,
-                      enable_prefix_caching=True, multistep=4),
-    # Same engine features as `optimized`, so a difference to it is the scheduling alone.
-    **{name: dict(policy=name, preemption_mode="auto", enable_chunked_prefill=True,
-                  enable_prefix_caching=True, multistep=4)
-       for name in ("mlfq", "las", "plas", "atlas", "oracle")},
-}
-
-_COMMON: dict[str, Any] = dict(block_size=BLOCK_SIZE, max_num_seqs=256,
-                               max_num_batched_tokens=8192, service_mode="time", dtype="bfloat16")
 
 _FIRST_TOKEN = 100  # made-up prompt ids start here (clear of special tokens)
 
@@ -64,12 +50,16 @@ class ProgramResult:
 
 @dataclass
 class SimResult:
+    """A finished run. Call keys are "program/call"; times are the run's clock (virtual
+    seconds in the simulator). `scheduler_stats` is the scheduler's `stats()` at the end."""
+
     policy: str
     preset: str
     model: str
     programs: list[ProgramResult]
-    call_finish: dict[str, float] = field(default_factory=dict)  # "program/call" -> time
+    call_finish: dict[str, float] = field(default_factory=dict)
     call_start: dict[str, float] = field(default_factory=dict)  # when it was added
+    call_first_token: dict[str, float] = field(default_factory=dict)  # its first token back
     num_steps: int = 0
     num_tokens_computed: int = 0  # prefill + decode tokens the executor ran
     num_rounds: int = 0
@@ -81,28 +71,31 @@ class SimResult:
     end_time: float = 0.0
     wall_seconds: float = 0.0
     num_kv_blocks: int = 0
+    scheduler_stats: dict[str, int | float] = field(default_factory=dict)
 
     @property
     def finish_order(self) -> list[str]:
         """Program ids by finish time (ties by id)."""
         return [p.program_id for p in sorted(self.programs, key=lambda p: (p.finish, p.program_id))]
 
+    @property
+    def ttfts(self) -> list[float]:
+        """Each call's time to first token (first token back minus added), in the order the
+        first tokens came back."""
+        return [t - self.call_start[key] for key, t in self.call_first_token.items()]
 
-def engine_config_for(policy: str, engine_overrides: dict[str, Any] | None = None,
-                      **fields: Any) -> dict[str, Any]:
-    """The EngineConfig fields of a baseline (or a bare scheduler policy name)."""
-    if policy in BASELINES:
-        base = BASELINES[policy]
-    elif policy in POLICIES:
-        base = dict(policy=policy, enable_chunked_prefill=True, preemption_mode="auto")
-    else:
-        raise ValueError(f"policy must be one of {sorted(set(BASELINES) | set(POLICIES))}, "
-                         f"got {policy!r}")
-    config = {**_COMMON, **base, **fields, **(engine_overrides or {})}
-    unknown = set(config) - EngineConfig.field_names()
-    if unknown:
-        raise ValueError(f"engine_overrides: unknown field(s) {sorted(unknown)}")
-    return config
+    def ttft_percentile(self, q: float) -> float:
+        """The q-th percentile (0..100) of `ttfts`; 0 for a run without a call."""
+        return percentile(self.ttfts, q) if self.call_first_token else 0.0
+
+    @property
+    def prefill_tokens_computed(self) -> int:
+        """Tokens computed other than decode inputs: prompts (less prefix-cache hits) and the
+        KV recomputed after a drop. A finished call of n tokens ran n - 1 decode inputs (its
+        first token comes from its prefill; the last token a recompute prefills is the decode
+        input it replaces)."""
+        generated = sum(p.generated_tokens for p in self.programs)
+        return self.num_tokens_computed - (generated - len(self.call_finish))
 
 
 def model_dir_for(model: ModelPreset) -> Path:
@@ -159,7 +152,7 @@ class _Program:
 def simulate(trace: Trace, policy: str, preset: str = "a100-80g", model: str = "llama-3.1-8b",
              engine_overrides: dict[str, Any] | None = None,
              cost_model: CostModel | None = None) -> SimResult:
-    """Run `trace` under the named baseline `policy` (see BASELINES; a bare scheduler policy
+    """Run `trace` under the named baseline `policy` (`bench.baselines`; a bare scheduler policy
     name also works) on `model` x `preset`, or on an explicit `cost_model` (tests). Raises
     RuntimeError if the engine gets stuck, and KVCacheIntegrityError-like errors if the engine
     is not clean at the end."""
@@ -184,20 +177,44 @@ def simulate(trace: Trace, policy: str, preset: str = "a100-80g", model: str = "
                     use_oracle=config["policy"] == "oracle")
     driver.run(trace)
     engine.check_integrity()
-    scheduler = engine.scheduler
+    return run_result(policy, cost.gpu.name, cost.model.name, engine, executor, driver,
+                      end_time=clock(), wall_seconds=time.perf_counter() - wall_start,
+                      num_kv_blocks=config["num_kv_blocks"])
+
+
+class ExecutorCounters(Protocol):
+    """What a run's result reads from its executor (`SimulatedExecutor`, or the real one
+    wrapped in `bench.real_run.StepRecorder`)."""
+
+    num_steps: int
+    num_tokens_computed: int
+    num_swap_transfers: int
+    swap_seconds_total: float
+    busy_seconds: float
+
+
+def run_result(policy: str, preset: str, model: str, engine: LLMEngine,
+               executor: ExecutorCounters, driver: Driver, end_time: float, wall_seconds: float,
+               num_kv_blocks: int) -> SimResult:
+    """The `SimResult` of a finished run: the driver's records, the executor's counters and
+    the scheduler's `stats()`."""
+    stats = engine.scheduler.stats()
     return SimResult(
-        policy=policy, preset=cost.gpu.name, model=cost.model.name, programs=driver.results,
+        policy=policy, preset=preset, model=model, programs=driver.results,
         call_finish=driver.call_finish, call_start=driver.call_start,
-        num_steps=executor.num_steps, num_tokens_computed=executor.num_tokens_computed,
-        num_rounds=scheduler.num_rounds,
-        num_preemptions=scheduler.num_preemptions, num_swap_outs=scheduler.num_swap_outs,
+        call_first_token=driver.call_first_token, num_steps=executor.num_steps,
+        num_tokens_computed=executor.num_tokens_computed, num_rounds=int(stats["num_rounds"]),
+        num_preemptions=int(stats["num_preemptions"]),
+        num_swap_outs=int(stats["preemptions_swap"]),
         num_swap_transfers=executor.num_swap_transfers, swap_seconds=executor.swap_seconds_total,
-        busy_seconds=executor.busy_seconds, end_time=clock(),
-        wall_seconds=time.perf_counter() - wall_start, num_kv_blocks=config["num_kv_blocks"])
+        busy_seconds=executor.busy_seconds, end_time=end_time, wall_seconds=wall_seconds,
+        num_kv_blocks=num_kv_blocks, scheduler_stats=dict(stats))
 
 
 class Driver:
-    """The event loop: arrivals and ready calls in a heap keyed by virtual time."""
+    """The event loop: arrivals and ready calls in a heap keyed by virtual time; per call the
+    time it was added (`call_start`), its first token came back (`call_first_token`) and it
+    finished (`call_finish`)."""
 
     def __init__(self, engine: LLMEngine, clock: VirtualClock, cost: CostModel,
                  prompts: PromptMaker, use_oracle: bool) -> None:
@@ -209,6 +226,7 @@ class Driver:
         self.results: list[ProgramResult] = []
         self.call_finish: dict[str, float] = {}
         self.call_start: dict[str, float] = {}
+        self.call_first_token: dict[str, float] = {}
         self.params: dict[int, SamplingParams] = {}
 
     def run(self, trace: Trace) -> None:
@@ -225,6 +243,8 @@ class Driver:
             if engine.has_unfinished_calls():
                 steps_before = self.engine.executor.num_steps
                 for out in engine.step():
+                    if out.new_token_ids:
+                        self.call_first_token.setdefault(out.call_id, clock.now)
                     if out.finished:
                         self._finished(out.call_id)
                 if self.engine.executor.num_steps == steps_before:  # nothing could run

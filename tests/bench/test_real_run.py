@@ -47,6 +47,12 @@ def test_run_real_finishes_every_call_on_the_tiny_model(tiny_llama_dir, policy):
     assert result.call_start["A/c1"] >= result.call_finish["A/c0"] + 0.01
     assert result.num_steps > 0 and result.num_kv_blocks == 64
     assert result.busy_seconds > 0
+    assert result.call_first_token.keys() == result.call_finish.keys()
+    assert all(t > result.call_start[k] for k, t in result.call_first_token.items())
+    assert result.num_preemptions == result.scheduler_stats["num_preemptions"] == 0
+    # Prompts, less (atlas: prefix caching) the full blocks of 8 a call shares with its
+    # program's earlier calls: A/c1 and B/x 8 each.
+    assert result.prefill_tokens_computed == {"atlas": 64 - 16, "vllm": 64}[policy]
 
 
 def test_run_real_refuses_the_oracle(tiny_llama_dir):

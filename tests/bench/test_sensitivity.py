@@ -21,6 +21,7 @@ def test_defaults_come_from_the_baseline_then_the_engine():
     assert default_value("atlas", "num_queues") == 8  # the engine's
     assert default_value("atlas", "starvation_beta") == 4.0
     assert default_value("atlas", "quantum_steps") == 64
+    assert default_value("atlas", "program_service_halflife") is None  # off
 
 
 def test_each_value_reaches_the_engine_with_its_type(tiny_trace, monkeypatch):
@@ -33,15 +34,24 @@ def test_each_value_reaches_the_engine_with_its_type(tiny_trace, monkeypatch):
                              engine_overrides=engine_overrides)
 
     monkeypatch.setattr(sens, "simulate", spy)
-    points = run_knobs("mixed", 1.0, 2, knobs={"multistep": (1, 4), "starvation_beta": (0, 4)},
+    points = run_knobs("mixed", 1.0, 2, knobs={"multistep": (1, 4), "starvation_beta": (0, 4),
+                                               "program_service_halflife": (0, 30)},
                        progress=False)
     assert seen == [("atlas", {"multistep": 1}), ("atlas", {"multistep": 4}),
-                    ("atlas", {"starvation_beta": 0.0}), ("atlas", {"starvation_beta": 4.0})]
+                    ("atlas", {"starvation_beta": 0.0}), ("atlas", {"starvation_beta": 4.0}),
+                    ("atlas", {"program_service_halflife": None}),
+                    ("atlas", {"program_service_halflife": 30.0})]
     assert [type(o["multistep"]) for _, o in seen[:2]] == [int, int]
+    assert type(seen[5][1]["program_service_halflife"]) is float
     assert [(p.knob, p.value, p.is_default) for p in points] == [
         ("multistep", 1, False), ("multistep", 4, True),
-        ("starvation_beta", 0, False), ("starvation_beta", 4, True)]
+        ("starvation_beta", 0, False), ("starvation_beta", 4, True),
+        ("program_service_halflife", 0, True), ("program_service_halflife", 30, False)]
     assert all(p.programs_completed == 2 for p in points)
+
+
+def test_program_service_halflife_is_swept_with_zero_for_off():
+    assert sens.KNOBS["program_service_halflife"] == (0, 30, 120, 600)
 
 
 def test_a_knob_that_cannot_matter_changes_nothing(tiny_trace):
@@ -79,6 +89,12 @@ def test_write_outputs(tmp_path):
     md, png = write_outputs(points, "mixed", tmp_path, "header line")
     assert md.name == "sensitivity_mixed.md" and png.stat().st_size > 0
     assert "header line" in md.read_text() and "### num_queues" in md.read_text()
+
+
+def test_cli_accepts_the_half_life_knob():
+    args = cli.build_parser().parse_args(["sensitivity", "--workload", "mixed", "--rate", "1",
+                                          "--knobs", "program_service_halflife,multistep"])
+    assert args.knobs == ["program_service_halflife", "multistep"]
 
 
 def test_cli_rejects_unknown_knob(capsys):

@@ -1,7 +1,8 @@
 import pytest
 
+from bench.baselines import BASELINES
 from bench.cost_model import CostModel, gpu_preset, model_preset
-from bench.simulate import BASELINES, PromptMaker, simulate
+from bench.simulate import PromptMaker, simulate
 from bench.sim_executor import SIM_TOKEN_ID, SimulatedExecutor, VirtualClock
 from bench.trace import Trace, TraceCall, TraceProgram
 from bench.workloads import lats
@@ -79,6 +80,48 @@ def test_two_one_call_programs_follow_the_hand_derived_schedule():
     assert result.finish_order == ["A", "B"]
     assert result.num_steps == 4 and result.end_time == 4.0
     assert {p.program_id: p.generated_tokens for p in result.programs} == {"A": 3, "B": 3}
+
+
+def test_time_to_first_token_is_per_call_from_when_it_was_added():
+    # One seat, FCFS. A: prefill [0,1] (first token at 1), decodes until 3. C (0.25) and B
+    # (0.5) are added at 1, C/c0 first; C/c0: prefill [3,4], done. B: prefill [4,5], decode
+    # [5,6]. C/c1 is ready at 4.5 and added after the step in flight, at 5: prefill [6,7].
+    trace = Trace((make_program("A", 0.0, make_call("c", output_len=3)),
+                   make_program("C", 0.25, make_call("c0", output_len=1),
+                                make_call("c1", output_len=1, parents=["c0"], delay=0.5)),
+                   make_program("B", 0.5, make_call("c", output_len=2))))
+    result = run(trace, "vllm", max_num_seqs=1)
+    assert result.call_start == {"A/c": 0.0, "C/c0": 1.0, "B/c": 1.0, "C/c1": 5.0}
+    assert result.call_first_token == {"A/c": 1.0, "C/c0": 4.0, "B/c": 5.0, "C/c1": 7.0}
+    assert result.call_finish == {"A/c": 3.0, "C/c0": 4.0, "B/c": 6.0, "C/c1": 7.0}
+    assert result.ttfts == [1.0, 3.0, 4.0, 2.0]
+    assert result.ttft_percentile(50) == 2.5 and result.ttft_percentile(99) == 3.97
+    # 4 prompts of 10 tokens, then A's 2 decodes and B's 1.
+    assert (result.num_tokens_computed, result.prefill_tokens_computed) == (43, 40)
+
+
+def test_a_recompute_counts_its_prompt_and_generated_kv_as_prefill():
+    # 3 usable blocks of 16 tokens: both 16-token prompts prefill in [0,1]; at the first
+    # decode both need a second block, so B (FCFS: the lowest priority) is dropped. A decodes
+    # until 20; B recomputes its prompt and first token [20,21] and decodes until 39.
+    trace = Trace((make_program("A", 0.0, make_call("c", prompt_len=16, output_len=20)),
+                   make_program("B", 0.0, make_call("c", prompt_len=16, output_len=20))))
+    result = run(trace, "vllm", num_kv_blocks=4)
+    assert result.call_first_token == {"A/c": 1.0, "B/c": 1.0}
+    assert result.call_finish == {"A/c": 20.0, "B/c": 39.0}
+    assert result.num_preemptions == result.scheduler_stats["num_preemptions"] == 1
+    # A: 16 + 19 decodes; B: 16, then 16 + 1 recomputed, then 18 decodes.
+    assert result.num_tokens_computed == 35 + 16 + 17 + 18
+    assert result.prefill_tokens_computed == 16 + 16 + 16  # the first token's KV is a decode
+
+
+def test_prefix_cache_hits_are_not_prefill():
+    # c1's prompt starts with c0's 40 tokens; 2 full blocks (32 tokens) of them are cached.
+    program = make_program("P", 0.0, make_call("c0", prompt_len=40, output_len=3),
+                           make_call("c1", prompt_len=60, output_len=2, parents=["c0"]))
+    result = run(Trace((program,)), "optimized")
+    assert result.prefill_tokens_computed == 40 + (60 - 32)
+    assert result.num_tokens_computed == 40 + 2 + 28 + 1
 
 
 def test_idle_engine_jumps_to_the_next_arrival():
@@ -161,6 +204,13 @@ def test_every_baseline_completes_a_small_lats_trace(policy):
     tokens = {p.program_id: sum(c.output_len for c in p.calls) for p in trace.programs}
     assert {p.program_id: p.generated_tokens for p in result.programs} == tokens
     assert result.end_time > 0
+    assert result.call_first_token.keys() == result.call_finish.keys()
+    assert all(result.call_start[k] < t <= result.call_finish[k]
+               for k, t in result.call_first_token.items())
+    assert result.scheduler_stats["num_preemptions"] == result.num_preemptions
+    if result.num_preemptions == 0:  # nothing recomputed: at most every prompt
+        prompts = sum(c.prompt_len for p in trace.programs for c in p.calls)
+        assert 0 < result.prefill_tokens_computed <= prompts
 
 
 @pytest.mark.parametrize("mode", ["swap", "recompute"])
@@ -220,6 +270,10 @@ def test_agentix_bench_sim_prints_one_json_object(capsys):
     assert list(out["by_workload"]) == ["lats"]  # one workload: the same figures again
     assert out["by_workload"]["lats"]["mean_norm_latency"] == out["mean_norm_latency"]
     assert out["num_tokens_computed"] >= out["generated_tokens"]
+    assert out["prefill_tokens_computed"] == (out["num_tokens_computed"] - out["generated_tokens"]
+                                              + out["num_calls"])
+    assert 0 < out["ttft_p50_s"] <= out["ttft_p99_s"]
+    assert out["scheduler_stats"]["num_preemptions"] == out["num_preemptions"]
 
 
 def test_agentix_bench_sim_overrides_engine_fields(capsys):

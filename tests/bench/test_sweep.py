@@ -5,8 +5,8 @@ import pytest
 import bench.sweep as sweep_mod
 from bench import cli
 from bench.simulate import ProgramResult, SimResult
-from bench.sweep import (SweepPoint, capacity, capacity_table, latency_table, latency_target,
-                         sweep, write_outputs)
+from bench.sweep import SweepPoint, capacity, latency_target, run_point, sweep
+from bench.sweep_report import capacity_table, latency_table, write_sweep
 from bench.trace import Trace, TraceCall, TraceProgram
 
 
@@ -15,7 +15,10 @@ def point(policy, rate, mean, p95=None, p99=None, done=5, n=5, workload="lats"):
                       programs_completed=done, mean_norm_latency=mean,
                       p95_norm_latency=mean * 2 if p95 is None else p95,
                       p99_norm_latency=mean * 3 if p99 is None else p99,
-                      throughput_tokens_per_s=100.0 * rate, makespan_s=10.0, sim_wall_seconds=0.1)
+                      throughput_tokens_per_s=100.0 * rate, makespan_s=10.0,
+                      ttft_p50_s=10 * mean, ttft_p99_s=20 * mean,
+                      prefill_tokens_computed=round(10_000 * mean), num_preemptions=3,
+                      sim_wall_seconds=0.1)
 
 
 # ----- capacity ----------------------------------------------------------------------------------
@@ -69,6 +72,19 @@ def test_capacity_table_ratios_and_oracle_gap():
     assert "may be higher" in text
 
 
+def test_capacity_table_has_a_ratio_column_per_baseline_run():
+    latencies = {"atlas": (0.01, 0.02), "atlas-lru": (0.01, 0.5), "optimized-mem": (0.5, 0.9),
+                 "mlfq": (0.01, 0.5), "optimized": (0.5, 0.9), "vllm": (0.5, 0.9)}
+    points = [point(pol, rate, mean) for pol, means in latencies.items()
+              for rate, mean in zip((0.1, 0.2), means)]
+    text = capacity_table(points, target=0.1)
+    assert "| policy | capacity (programs/s) | vs vllm | vs optimized | vs optimized-mem | " \
+           "vs mlfq | vs atlas-lru |" in text
+    # atlas-lru and mlfq cross at 0.1 * 2 ** (log 10 / log 50) = 0.15038.
+    assert "| atlas | 0.2* | > 2.00x | > 2.00x | > 2.00x | 1.33x | 1.33x |" in text
+    assert "| atlas-lru | 0.15 | > 1.50x | > 1.50x | > 1.50x | 1.00x | 1.00x |" in text
+
+
 def test_capacity_table_none_and_missing_baselines():
     points = [point("atlas", 0.1, 0.5), point("atlas", 0.2, 0.5),
               point("las", 0.1, 0.01), point("las", 0.2, 0.5)]
@@ -102,11 +118,16 @@ def test_latency_table_cells():
     assert "| atlas | 0.0050 / 0.0060 / 0.0070 | - |" in text
     assert "| vllm | 10.0 | 20.0 (4/5 done) |" in text
     assert "| vllm | 10.0 | 10.0 (4/5 done) |" in text.split("Makespan")[1]
+    ttft = text.split("Time to first token of a call (s), P50 / P99")[1]
+    assert ttft.splitlines()[4:7] == ["| vllm | 0.100 / 0.200 | 1.000 / 2.000 (4/5 done) |",
+                                      "| atlas | 0.050 / 0.100 | - |", ""]
+    prefill = text.split("Prefill tokens computed")[1]
+    assert prefill.splitlines()[4:] == ["| vllm | 100 | 1000 (4/5 done) |", "| atlas | 50 | - |"]
 
 
 # ----- files -------------------------------------------------------------------------------------
-def test_write_outputs(tmp_path):
-    md, png = write_outputs(sample_points(), 0.1, tmp_path / "out", command="agentix bench sweep x")
+def test_write_sweep(tmp_path):
+    md, png = write_sweep(sample_points(), 0.1, tmp_path / "out", command="agentix bench sweep x")
     assert md == tmp_path / "out" / "sweep_lats.md"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = md.read_text()
@@ -116,9 +137,9 @@ def test_write_outputs(tmp_path):
     assert "Capacity" in text
 
 
-def test_write_outputs_rejects_mixed_workloads(tmp_path):
+def test_write_sweep_rejects_mixed_workloads(tmp_path):
     with pytest.raises(ValueError):
-        write_outputs([point("a", 0.1, 0.1), point("a", 0.2, 0.1, workload="bfcl")], 1.0, tmp_path)
+        write_sweep([point("a", 0.1, 0.1), point("a", 0.2, 0.1, workload="bfcl")], 1.0, tmp_path)
 
 
 # ----- sweep with a fake simulator --------------------------------------------------------------
@@ -137,12 +158,20 @@ def fake_sim(monkeypatch):
         return tiny_trace(rate)
 
     def fake_simulate(trace, policy, preset="a100-80g", model="llama-3.1-8b"):
+        """Each program: one call added at its arrival, its first token `slow` s later and 4
+        tokens at `4 * slow`; 10 prompt tokens and 3 decodes computed per call."""
         calls["simulate"].append((id(trace), policy, preset, model))
         slow = {"vllm": 2.0, "atlas": 1.0}.get(policy, 1.5)
         programs = [ProgramResult(p.program_id, "test", p.arrival, p.arrival + slow * 4, 4, 1)
                     for p in trace.programs]
-        return SimResult(policy=policy, preset=preset, model=model, programs=programs,
-                         wall_seconds=0.01)
+        keys = [f"{p.program_id}/c" for p in trace.programs]
+        return SimResult(
+            policy=policy, preset=preset, model=model, programs=programs,
+            call_finish={k: p.finish for k, p in zip(keys, programs)},
+            call_start={k: p.arrival for k, p in zip(keys, programs)},
+            call_first_token={k: p.arrival + slow * (1 + i) for i, (k, p)
+                              in enumerate(zip(keys, programs))},
+            num_tokens_computed=13 * len(programs), num_preemptions=2, wall_seconds=0.01)
 
     monkeypatch.setattr(sweep_mod, "generate_trace", fake_generate)
     monkeypatch.setattr(sweep_mod, "simulate", fake_simulate)
@@ -160,6 +189,16 @@ def test_sweep_reuses_one_trace_per_rate(fake_sim):
     assert points[0].mean_norm_latency == pytest.approx(2.0)
     assert points[1].mean_norm_latency == pytest.approx(1.0)
     assert all(p.programs_completed == p.num_programs == 3 for p in points)
+
+
+def test_run_point_summarizes_one_run(fake_sim):
+    got = run_point("lats", tiny_trace(0.1), "vllm", 0.1)
+    assert got == SweepPoint(
+        workload="lats", policy="vllm", rate=0.1, num_programs=3, programs_completed=3,
+        mean_norm_latency=2.0, p95_norm_latency=2.0, p99_norm_latency=2.0,
+        throughput_tokens_per_s=12 / 28, makespan_s=28.0,
+        ttft_p50_s=4.0, ttft_p99_s=pytest.approx(5.96),  # TTFTs 2, 4, 6
+        prefill_tokens_computed=30, num_preemptions=2, sim_wall_seconds=0.01)
 
 
 def test_progress_bar_on_and_off(fake_sim, capsys):
@@ -201,5 +240,5 @@ def test_real_tiny_sweep(tmp_path):
     points = sweep("lats", ["vllm", "atlas"], [0.5, 2.0], 3, 0, progress=False)
     assert len(points) == 4
     assert all(p.programs_completed == 3 and p.mean_norm_latency > 0 for p in points)
-    md, png = write_outputs(points, 1.0, tmp_path)
+    md, png = write_sweep(points, 1.0, tmp_path)
     assert png.stat().st_size > 0

@@ -1,0 +1,77 @@
+"""The benchmark's named engine configurations (`BASELINES`), all in this one engine with the
+same memory, and the EngineConfig fields of a run under one of them (`engine_config_for`).
+
+- `vllm`: FCFS, recompute on preemption, no chunked prefill, no prefix caching, LRU cache;
+- `optimized`: FCFS with chunked prefill, prefix caching and multistep 4, LRU cache;
+- every registered scheduling policy but fcfs (`mlfq`, `las`, `plas`, `atlas`, `oracle`):
+  `optimized`'s features, `auto` preemption, program-aware KV memory (`kv_memory="program"`),
+  except the request-level `mlfq` and `las`, which keep the LRU cache;
+- ablations: `optimized-mem` (FCFS with program-aware memory and `auto` preemption: retention
+  and the host tier without program scheduling, roughly Continuum) and `atlas-lru` (`atlas` on
+  the LRU cache).
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from engine.config import EngineConfig
+from scheduler.policies import POLICIES
+
+BLOCK_SIZE = 16
+
+# The engine features of `optimized`; every scheduling baseline runs with them too, so a
+# difference to `optimized` is the scheduling (and the KV memory) alone.
+_OPTIMIZED: Mapping[str, Any] = MappingProxyType(dict(
+    enable_chunked_prefill=True, enable_prefix_caching=True, multistep=4))
+REQUEST_LEVEL = ("mlfq", "las")  # request-level baselines: they keep today's LRU cache
+
+
+def _scheduling_baseline(policy: str) -> dict[str, Any]:
+    memory = "lru" if policy in REQUEST_LEVEL else "program"
+    return dict(policy=policy, preemption_mode="auto", kv_memory=memory, **_OPTIMIZED)
+
+
+def _baselines() -> dict[str, Mapping[str, Any]]:
+    """vllm, optimized, optimized-mem, every registered policy but fcfs (in the registry's
+    order), atlas-lru."""
+    named: dict[str, dict[str, Any]] = {
+        "vllm": dict(policy="fcfs", preemption_mode="recompute", kv_memory="lru",
+                     enable_chunked_prefill=False, enable_prefix_caching=False, multistep=1),
+        "optimized": dict(policy="fcfs", preemption_mode="recompute", kv_memory="lru",
+                          **_OPTIMIZED),
+        "optimized-mem": dict(policy="fcfs", preemption_mode="auto", kv_memory="program",
+                              **_OPTIMIZED),
+        **{name: _scheduling_baseline(name) for name in POLICIES if name != "fcfs"},
+        "atlas-lru": {**_scheduling_baseline("atlas"), "kv_memory": "lru"},
+    }
+    return {name: MappingProxyType(fields) for name, fields in named.items()}
+
+
+# Each is a set of EngineConfig fields on top of `_COMMON`.
+BASELINES: Mapping[str, Mapping[str, Any]] = MappingProxyType(_baselines())
+
+_COMMON: Mapping[str, Any] = MappingProxyType(dict(
+    block_size=BLOCK_SIZE, max_num_seqs=256, max_num_batched_tokens=8192, service_mode="time",
+    dtype="bfloat16"))
+
+
+def engine_config_for(policy: str, engine_overrides: dict[str, Any] | None = None,
+                      **fields: Any) -> dict[str, Any]:
+    """The EngineConfig fields of a run under the baseline `policy` (or a bare scheduler
+    policy name: chunked prefill and `auto` preemption, the engine's defaults otherwise): the
+    common fields, the baseline's, `fields`, then `engine_overrides`, each over the one
+    before. ValueError for an unknown policy or field."""
+    if policy in BASELINES:
+        base = BASELINES[policy]
+    elif policy in POLICIES:
+        base = dict(policy=policy, enable_chunked_prefill=True, preemption_mode="auto")
+    else:
+        raise ValueError(f"policy must be one of {sorted(set(BASELINES) | set(POLICIES))}, "
+                         f"got {policy!r}")
+    config = {**_COMMON, **base, **fields, **(engine_overrides or {})}
+    unknown = set(config) - EngineConfig.field_names()
+    if unknown:
+        raise ValueError(f"engine_overrides: unknown field(s) {sorted(unknown)}")
+    return config

@@ -1,0 +1,52 @@
+import pytest
+
+from bench.baselines import BASELINES, engine_config_for
+
+OPTIMIZED = dict(enable_chunked_prefill=True, enable_prefix_caching=True, multistep=4)
+
+
+def scheduling(policy, memory):
+    return dict(policy=policy, preemption_mode="auto", kv_memory=memory, **OPTIMIZED)
+
+
+def test_baselines_come_from_the_policy_registry_plus_the_ablations():
+    assert {name: dict(fields) for name, fields in BASELINES.items()} == {
+        "vllm": dict(policy="fcfs", preemption_mode="recompute", kv_memory="lru",
+                     enable_chunked_prefill=False, enable_prefix_caching=False, multistep=1),
+        "optimized": dict(policy="fcfs", preemption_mode="recompute", kv_memory="lru",
+                          **OPTIMIZED),
+        "optimized-mem": scheduling("fcfs", "program"),
+        "las": scheduling("las", "lru"),
+        "mlfq": scheduling("mlfq", "lru"),
+        "plas": scheduling("plas", "program"),
+        "atlas": scheduling("atlas", "program"),
+        "oracle": scheduling("oracle", "program"),
+        "atlas-lru": scheduling("atlas", "lru"),
+    }
+    assert list(BASELINES) == ["vllm", "optimized", "optimized-mem", "las", "mlfq", "plas",
+                               "atlas", "oracle", "atlas-lru"]
+
+
+def test_baselines_cannot_be_changed():
+    with pytest.raises(TypeError):
+        BASELINES["atlas"]["kv_memory"] = "lru"
+    with pytest.raises(TypeError):
+        BASELINES["new"] = {}
+
+
+def test_engine_config_layers_common_baseline_fields_then_overrides():
+    config = engine_config_for("atlas-lru", {"multistep": 1, "max_num_seqs": 8},
+                               num_kv_blocks=100, multistep=2)
+    assert (config["policy"], config["kv_memory"], config["preemption_mode"]) == \
+        ("atlas", "lru", "auto")
+    assert (config["multistep"], config["max_num_seqs"], config["num_kv_blocks"]) == (1, 8, 100)
+    assert (config["block_size"], config["dtype"]) == (16, "bfloat16")
+    bare = engine_config_for("fcfs")  # a bare policy name: the engine's own kv_memory
+    assert "kv_memory" not in bare and bare["preemption_mode"] == "auto"
+
+
+def test_engine_config_rejects_unknown_policies_and_fields():
+    with pytest.raises(ValueError, match="policy must be one of"):
+        engine_config_for("round-robin")
+    with pytest.raises(ValueError, match="unknown field"):
+        engine_config_for("atlas", {"no_such_field": 1})
