@@ -108,6 +108,12 @@ class KVCacheManager:
         state = self._calls.get(call_id)
         return state is not None and state.swapped
 
+    def num_cached_blocks_of(self, call_id: Hashable) -> int:
+        """Blocks of the call's device table registered in the prefix index (those a free
+        leaves findable)."""
+        state = self._calls.get(call_id)
+        return min(state.num_registered, len(state.device)) if state else 0
+
     def num_host_blocks_of(self, call_id: Hashable) -> int:
         state = self._calls.get(call_id)
         return len(state.host) if state else 0
@@ -174,11 +180,12 @@ class KVCacheManager:
             if block is None:
                 raise ValueError(f"call_id {call_id!r}: block {i} of its prefix is not on host")
             host.append(block)
-        device = self.pool.allocate(num_blocks, max_rank, self._offload)
-        if device is None:
+        if self.pool.num_evictable(max_rank) < num_blocks:
             return None
-        for i, (h, d) in enumerate(zip(host, device), start=first):
-            self.host_pool.take(h)
+        for block in host:  # claimed first, so the allocation's offloads cannot evict them
+            self.host_pool.take(block)
+        device = self.pool.allocate(num_blocks, max_rank, self._offload)
+        for i, d in enumerate(device, start=first):  # type: ignore[arg-type]
             self.pool.register(d, hashes[i], token_ids[i * size:(i + 1) * size])
         self._host_in_flight.extend(host)
         state.device = state.device + device
@@ -312,8 +319,11 @@ class KVCacheManager:
         """The step's copies have run: offloaded blocks become host-cached, and host blocks
         read by copies back to the device are free again."""
         for offload in self._offloaded:
-            self.host_pool.store(offload.host_block, offload.block_hash, offload.token_ids,
-                                 offload.rank, offload.owner)
+            if self.pool.has_hash(offload.block_hash):  # back on the device this step
+                self.host_pool.free([offload.host_block])
+            else:
+                self.host_pool.store(offload.host_block, offload.block_hash,
+                                     offload.token_ids, offload.rank, offload.owner)
         self._offloaded = []
         if self._host_in_flight:
             self.host_pool.free(self._host_in_flight)

@@ -10,6 +10,7 @@ scheduler uses one rank per queue level and state), so nothing scans all blocks.
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections import OrderedDict
 from collections.abc import Hashable, Iterator
 
@@ -23,6 +24,8 @@ class RankedFreeList:
         self._rank_of: dict[int, float] = {}
         self._owner_of: dict[int, Hashable] = {}
         self._blocks_of: dict[Hashable, set[int]] = {}
+        self._seq_of: dict[int, int] = {}  # when each block was added: LRU across re-ranks
+        self._seq = itertools.count()
 
     def __len__(self) -> int:
         return len(self._rank_of)
@@ -43,6 +46,7 @@ class RankedFreeList:
         """Add `block` as the most recent of `rank`; ValueError if it is already here."""
         if block in self._rank_of:
             raise ValueError(f"block {block} is already on the free list")
+        self._seq_of[block] = next(self._seq)
         self._put(block, rank)
         if owner is not None:
             self._owner_of[block] = owner
@@ -51,6 +55,7 @@ class RankedFreeList:
     def remove(self, block: int) -> None:
         """Take `block` off the list (revived or evicted); KeyError if it is not here."""
         rank = self._rank_of.pop(block)
+        del self._seq_of[block]
         self._drop_from_bucket(block, rank)
         owner = self._owner_of.pop(block, None)
         if owner is not None:
@@ -60,10 +65,11 @@ class RankedFreeList:
                 del self._blocks_of[owner]
 
     def set_rank(self, owner: Hashable, rank: float) -> int:
-        """Move every block of `owner` to `rank` (each becomes the most recent there, in
-        block-id order); returns how many moved. Blocks already at `rank` stay put."""
+        """Move every block of `owner` to `rank`; they become the most recent there, keeping
+        their relative LRU order (a freed table's tail still goes first). Returns how many
+        moved; blocks already at `rank` stay put."""
         moved = 0
-        for block in sorted(self._blocks_of.get(owner, ())):
+        for block in sorted(self._blocks_of.get(owner, ()), key=self._seq_of.__getitem__):
             old = self._rank_of[block]
             if old != rank:
                 self._drop_from_bucket(block, old)

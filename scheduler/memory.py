@@ -4,12 +4,15 @@ The block pool evicts cached free blocks lowest rank first (LRU inside a rank) a
 nothing else; this object turns program state into those ranks (`kv_memory="program"`):
 
 - rank 0 (`NO_OWNER_RANK`): KV no live program owns (ended, expired, one-call programs);
-- a live program's KV: `policy.retention_rank(level, ..., retained)`, where `level` is the
-  level its next call enters (or its queued call waits in) and `retained` says the program
-  has a queued call or is in a tool call within its retention time and the budget;
-- an admission of a call at level L may evict only ranks up to that of a live, not retained
-  program at L (`admission_rank`), so a lower-priority call never evicts a higher-priority
-  program's retained KV: it waits (the engine's admission control).
+- a live program's KV: `policy.retention_rank(level, ..., retention)`, where `level` is the
+  level its next call enters (or its queued call waits in) and `retention` is QUEUED when
+  it has a call waiting, TOOL_CALL while it is between calls within its retention time and
+  the budget, else NONE (so inside a level: unretained first, then queued, then tool calls);
+- an admission of a call at level L may evict only ranks up to a queued program's at L
+  (`admission_rank`): never a higher-priority program's retained KV, nor a tool call's KV
+  retained at its own level; short of blocks it may take, the call waits (the engine's
+  admission control). Queued KV of its own level stays evictable, or FCFS (one level) would
+  stall behind the KV of the calls queued after it.
 
 Tool-call retention: when a program's last active call finishes, its KV is retained for
 `retention_ttl_factor` x the expected tool time (the call's hint, else the program's mean
@@ -28,7 +31,7 @@ from collections.abc import Callable
 
 from kvcache.manager import KVCacheManager
 from scheduler.config import SchedulerConfig
-from scheduler.policies import Policy
+from scheduler.policies import Policy, Retention
 from scheduler.process_table import CallRecord, ProgramRecord
 
 NO_OWNER_RANK = 0.0
@@ -62,14 +65,14 @@ class ProgramMemory:
     def retained_blocks(self) -> int:
         return self._retained_blocks
 
-    def rank(self, level: int, retained: bool) -> float:
+    def rank(self, level: int, retention: Retention) -> float:
         if not self.enabled:
             return NO_OWNER_RANK
-        return self.policy.retention_rank(level, self.num_levels, retained)
+        return self.policy.retention_rank(level, self.num_levels, retention)
 
     def admission_rank(self, level: int) -> float:
         """The highest rank an admission at `level` may evict."""
-        return self.rank(level, retained=False) if self.enabled else UNLIMITED
+        return self.rank(level, Retention.QUEUED) if self.enabled else UNLIMITED
 
     def queued(self, program: ProgramRecord, level: int) -> None:
         """A call of `program` waits at `level`: its KV is retained there (ends any
@@ -77,24 +80,25 @@ class ProgramMemory:
         if not self.enabled:
             return
         self._release(program.program_id)
-        self.kv.set_rank(program.program_id, self.rank(level, retained=True))
+        self.kv.set_rank(program.program_id, self.rank(level, Retention.QUEUED))
 
     def free_rank(self, program: ProgramRecord, level: int) -> float:
         """Rank for blocks a call of `program` frees while it still has a call at `level`
         (preempted, or a sibling still active)."""
-        return self.rank(level, retained=True)
+        return self.rank(level, Retention.QUEUED)
 
     def finished(self, program: ProgramRecord, call: CallRecord, level: int, num_blocks: int,
                  now: float) -> float:
-        """`call` of `program` finished and frees `num_blocks` blocks; its next call would
-        enter `level`. Returns the rank for those blocks (retained if the program has other
-        active calls, or if a tool-call retention fits the budget)."""
+        """`call` of `program` finished and leaves `num_blocks` cached blocks; its next call
+        would enter `level`. Returns the rank for them (QUEUED if the program has other
+        active calls, TOOL_CALL if a retention fits the budget, else NONE); its other cached
+        blocks move to that rank too."""
         if program.ephemeral and not program.active_calls:
             return NO_OWNER_RANK
         if not self.enabled:
             return NO_OWNER_RANK
         if program.active_calls:
-            return self.rank(level, retained=True)
+            return self.rank(level, Retention.QUEUED)
         self._release(program.program_id)
         ttl = self.retention_seconds(program, call)
         retained = 0 < ttl and self._retained_blocks + num_blocks <= self.budget_blocks
@@ -104,7 +108,7 @@ class ProgramMemory:
             self._retained_blocks += num_blocks
             heapq.heappush(self._expiry, (deadline, next(self._tie), program.program_id))
             self.num_retained += 1
-        rank = self.rank(level, retained)
+        rank = self.rank(level, Retention.TOOL_CALL if retained else Retention.NONE)
         self.kv.set_rank(program.program_id, rank)
         return rank
 
@@ -139,7 +143,7 @@ class ProgramMemory:
             self.num_retention_expired += 1
             level = level_of(program_id)
             self.kv.set_rank(program_id, NO_OWNER_RANK if level is None
-                             else self.rank(level, retained=False))
+                             else self.rank(level, Retention.NONE))
 
     def _release(self, program_id: str) -> None:
         held = self._retained.pop(program_id, None)

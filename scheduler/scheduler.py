@@ -177,7 +177,7 @@ class Scheduler:
         level = min((r.queue for r in program.active_calls.values()),
                     default=self.policy.entry_level(program, self.levels))
         rank = self.memory.finished(program, record, level,
-                                    len(self.kv.block_table(call.call_id)), now)
+                                    self.kv.num_cached_blocks_of(call.call_id), now)
         self.kv.free(call.call_id, record.program_id, rank)
         if program.ephemeral and not program.active_calls:
             self.table.end(record.program_id, now=now)
@@ -347,7 +347,8 @@ class Scheduler:
         while True:
             max_rank = self.memory.admission_rank(level) if self.running else UNLIMITED
             short_of_seats = len(self.running) >= self.config.max_num_seqs
-            if not short_of_seats and self._fits(call, n, fetch, max_rank):
+            fits = self._fits(call, n, fetch, max_rank)
+            if fits and not short_of_seats:
                 break
             # A call promoted against starvation waits for room instead of making it: its
             # victims would soon starve in turn, and promote, and preempt (a ping-pong).
@@ -359,7 +360,7 @@ class Scheduler:
                 if not swapped:
                     self._release_waiting(call)
                 return False
-            self._preempt(self.calls[victim], plan, rnd, now, for_memory=not short_of_seats)
+            self._preempt(self.calls[victim], plan, rnd, now, for_memory=not fits)
             rnd.priority_preemptions += 1
         self._reserve(call, n, fetch, plan, max_rank)
         record.promoted = False

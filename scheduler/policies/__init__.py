@@ -19,7 +19,7 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from scheduler.policies.atlas import ATLASPolicy
-from scheduler.policies.base import Policy
+from scheduler.policies.base import Policy, Retention
 from scheduler.policies.fcfs import FCFSPolicy
 from scheduler.policies.las import LASPolicy
 from scheduler.policies.mlfq import MLFQPolicy
@@ -50,4 +50,4 @@ def make_policy(spec: PolicySpec) -> Policy:
     return spec() if isinstance(spec, type) else POLICIES[spec]()
 
 
-__all__ = ["POLICIES", "Policy", "PolicySpec", "make_policy", "policy_name"]
+__all__ = ["POLICIES", "Policy", "PolicySpec", "Retention", "make_policy", "policy_name"]

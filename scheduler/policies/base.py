@@ -10,11 +10,20 @@ cached KV is ranked by the level the program's next call enters.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Container
 
 from scheduler.process_table import CallRecord, ProgramRecord
 from scheduler.queues import LevelQueues, QueueLevels
 from scheduler.starvation import crossing_time
+
+
+class Retention(enum.IntEnum):
+    """How much a live program's cached KV is wanted, inside its priority level."""
+
+    NONE = 0       # no call waiting, no retention time left
+    QUEUED = 1     # a call of the program waits (or was preempted)
+    TOOL_CALL = 2  # between calls, within its retention time and the budget
 
 
 class Policy:
@@ -67,8 +76,8 @@ class Policy:
         """When a waiting call below the top level is due for promotion (None: never)."""
         return crossing_time(program, call, beta)
 
-    def retention_rank(self, level: int, num_levels: int, retained: bool) -> float:
+    def retention_rank(self, level: int, num_levels: int, retention: Retention) -> float:
         """Rank of a live program's cached KV whose next call enters `level` (higher ranks are
-        evicted later; 0 is for KV no live program owns). `retained`: the program has a
-        queued call, or is in a tool call within its retention time."""
-        return 1.0 + 2.0 * (num_levels - 1 - level) + (1.0 if retained else 0.0)
+        evicted later; 0 is for KV no live program owns): levels apart, the higher priority
+        ranks above; inside a level, by `retention`."""
+        return 1.0 + len(Retention) * (num_levels - 1 - level) + retention

@@ -221,7 +221,8 @@ def test_token_metadata_is_sent(auth_server):
 
 
 def test_expected_tool_seconds_reaches_the_engine(client, server):
-    """A hint of 0 s keeps nothing after the call; a long hint retains the program's KV."""
+    """A hint of 0 s retains nothing after the call; a long hint starts a retention (of no
+    blocks here: this server runs without prefix caching, so nothing stays cached)."""
     def stats():
         return server.engine_loop.call(lambda engine: engine.scheduler.stats())
 
@@ -231,5 +232,4 @@ def test_expected_tool_seconds_reaches_the_engine(client, server):
         assert stats()["retentions"] == before
         prog.generate(PROMPTS[0], expected_tool_seconds=30.0, **GREEDY)
         after = stats()
-        assert after["retentions"] == before + 1 and after["retained_blocks"] == 2  # 13 tokens
-    assert stats()["retained_blocks"] == 0  # ending the program released it
+        assert (after["retentions"], after["retained_blocks"]) == (before + 1, 0)

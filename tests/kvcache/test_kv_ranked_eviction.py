@@ -1,0 +1,193 @@
+"""Ranked eviction of cached free blocks: lowest rank first, LRU inside a rank, uncached
+blocks before any cached one, rank-bounded allocation, and what the eviction hook hears."""
+
+import pytest
+
+from kvcache import BlockPool
+from kvcache.ranked_free_list import RankedFreeList
+
+
+def tokens_of(block: int) -> tuple[int, ...]:
+    """Made-up content of a block: two token ids derived from its id."""
+    return (block * 10, block * 10 + 1)
+
+
+def hash_of(block: int) -> int:
+    return 1000 + block
+
+
+def cached_pool(num_blocks: int) -> BlockPool:
+    """A pool whose every usable block is allocated and registered under `hash_of(block)`."""
+    pool = BlockPool(num_blocks)
+    for block in pool.allocate(pool.num_usable):
+        pool.register(block, hash_of(block), tokens_of(block))
+    return pool
+
+
+def evict_all(pool: BlockPool, max_rank: float = float("inf")) -> tuple[list[int], list[tuple]]:
+    """Allocate blocks one at a time while any may be taken: the eviction order, and the
+    hook's (block, hash, tokens, rank, owner) for each cached block taken."""
+    heard: list[tuple] = []
+    order: list[int] = []
+    while pool.num_evictable(max_rank):
+        order += pool.allocate(1, max_rank, lambda *args: heard.append(args))
+    return order, heard
+
+
+def test_lowest_rank_goes_first_and_lru_inside_a_rank():
+    pool = cached_pool(8)  # blocks 1..7, all held and cached
+    pool.free([1, 2], owner="a", rank=2.0)  # freed last first: rank 2 holds 2, 1
+    pool.free([3, 4], owner="b", rank=1.0)  # rank 1: 4, 3
+    pool.free([5, 6], owner="c", rank=3.0)  # rank 3: 6, 5
+    pool.free([7], owner="a", rank=2.0)  # rank 2: 2, 1, 7
+    assert [pool.free_rank(b) for b in range(1, 8)] == [2.0, 2.0, 1.0, 1.0, 3.0, 3.0, 2.0]
+    assert (pool.num_free, pool.num_cached_free) == (7, 7)
+    pool.check_integrity({})
+
+    order, heard = evict_all(pool)
+    assert order == [4, 3, 2, 1, 7, 6, 5]
+    assert [(block, rank, owner) for block, _, _, rank, owner in heard] == [
+        (4, 1.0, "b"), (3, 1.0, "b"), (2, 2.0, "a"), (1, 2.0, "a"), (7, 2.0, "a"),
+        (6, 3.0, "c"), (5, 3.0, "c")]
+    assert not any(pool.is_cached(b) for b in order)
+    pool.check_integrity({b: 1 for b in range(1, 8)})
+
+
+def test_eviction_hook_sees_block_hash_tokens_rank_owner_before_the_index_forgets():
+    pool = cached_pool(4)
+    pool.free([1, 2], owner=("prog", 7), rank=5.5)
+    pool.free([3])  # no owner, rank 0
+    seen = []
+
+    def hook(block, block_hash, tokens, rank, owner):
+        seen.append((block, block_hash, tokens, rank, owner,
+                     pool.lookup(block_hash, tokens)))
+
+    assert pool.allocate(3, on_evict=hook) == [3, 2, 1]
+    assert seen == [
+        (3, 1003, (30, 31), 0.0, None, 3),
+        (2, 1002, (20, 21), 5.5, ("prog", 7), 2),
+        (1, 1001, (10, 11), 5.5, ("prog", 7), 1),
+    ]
+    assert [pool.lookup(hash_of(b), tokens_of(b)) for b in (1, 2, 3)] == [None, None, None]
+    pool.check_integrity({1: 1, 2: 1, 3: 1})
+
+
+def test_uncached_blocks_always_go_before_cached_ones():
+    pool = BlockPool(7)
+    assert pool.allocate(6) == [1, 2, 3, 4, 5, 6]
+    pool.register(2, hash_of(2), tokens_of(2))
+    pool.register(4, hash_of(4), tokens_of(4))
+    pool.free([2, 4], owner="a", rank=0.0)  # cached at the lowest rank, freed first
+    pool.free([6, 1, 5])  # uncached, freed later: plain FIFO 5, 1, 6
+    heard = []
+    assert pool.allocate(3, on_evict=lambda *args: heard.append(args[0])) == [5, 1, 6]
+    assert heard == [] and pool.num_cached_free == 2
+    assert pool.allocate(2, on_evict=lambda *args: heard.append(args[0])) == [4, 2]
+    assert heard == [4, 2]
+    pool.check_integrity({b: 1 for b in range(1, 7)})
+
+
+def test_set_rank_moves_every_free_block_of_an_owner():
+    pool = cached_pool(8)
+    for block in (1, 2, 3):
+        pool.free([block], owner="a", rank=4.0)  # rank 4: 1, 2, 3
+    pool.free([4, 5], owner="b", rank=2.0)  # rank 2: 5, 4
+    pool.free([6], rank=1.0)  # no owner
+    assert pool.set_rank("a", 1.0) == 3  # they become the most recent of rank 1
+    assert [pool.free_rank(b) for b in (1, 2, 3, 4, 5, 6)] == [1.0, 1.0, 1.0, 2.0, 2.0, 1.0]
+    assert pool.set_rank("a", 1.0) == 0  # already there
+    assert pool.set_rank("nobody", 9.0) == 0
+    assert pool.set_rank(None, 9.0) == 0  # ownerless blocks are never re-ranked
+    pool.check_integrity({7: 1})
+    order, _ = evict_all(pool)
+    assert order == [6, 1, 2, 3, 5, 4]
+
+
+def test_set_rank_leaves_blocks_already_at_the_rank_in_place():
+    pool = cached_pool(6)
+    pool.free([1], owner="a", rank=3.0)
+    pool.free([2], owner="b", rank=3.0)
+    pool.free([3], owner="a", rank=1.0)
+    pool.free([4], owner="a", rank=2.0)
+    assert pool.set_rank("a", 3.0) == 2  # 1 stays first at rank 3; 3 and 4 join after 2
+    order, _ = evict_all(pool)
+    assert order == [1, 2, 3, 4]
+    pool.check_integrity({1: 1, 2: 1, 3: 1, 4: 1, 5: 1})
+
+
+def test_incref_revives_a_ranked_block_and_a_later_free_ranks_it_anew():
+    pool = cached_pool(6)
+    for block in (1, 2, 3):
+        pool.free([block], owner="a", rank=2.0)  # rank 2: 1, 2, 3
+    pool.incref([2])
+    assert (pool.ref_count(2), pool.free_rank(2), pool.is_cached(2)) == (1, None, True)
+    assert (pool.num_free, pool.num_cached_free, pool.num_evictable()) == (2, 2, 2)
+    assert pool.set_rank("a", 5.0) == 2  # a held block is no longer the owner's free block
+    pool.check_integrity({2: 1, 4: 1, 5: 1})
+    pool.free([2], owner="b", rank=1.0)
+    assert pool.free_rank(2) == 1.0
+    order, heard = evict_all(pool)
+    assert order == [2, 1, 3]
+    assert [(h[0], h[3], h[4]) for h in heard] == [(2, 1.0, "b"), (1, 5.0, "a"), (3, 5.0, "a")]
+    pool.check_integrity({b: 1 for b in range(1, 6)})
+
+
+def test_allocate_up_to_a_rank_refuses_when_only_higher_ranks_are_left():
+    pool = cached_pool(8)
+    pool.free([7])  # rank 0
+    pool.free([1, 2], owner="a", rank=1.0)
+    pool.free([3, 4, 5], owner="b", rank=3.0)
+    assert [pool.num_evictable(r) for r in (0.0, 0.5, 1.0, 2.9, 3.0, float("inf"))] == \
+        [1, 1, 3, 3, 6, 6]
+    before = {b: pool.free_rank(b) for b in range(1, 8)}
+    heard = []
+    assert pool.allocate(4, max_rank=1.0, on_evict=lambda *args: heard.append(args)) is None
+    assert pool.allocate(2, max_rank=0.0, on_evict=lambda *args: heard.append(args)) is None
+    assert heard == []
+    assert {b: pool.free_rank(b) for b in range(1, 8)} == before
+    assert all(pool.lookup(hash_of(b), tokens_of(b)) == b for b in range(1, 8))
+    pool.check_integrity({6: 1})
+
+    assert pool.allocate(3, max_rank=1.0) == [7, 2, 1]  # a rank equal to the bound may go
+    assert pool.allocate(1, max_rank=2.9) is None
+    assert pool.num_evictable(2.9) == 0 and pool.num_evictable() == 3
+    assert pool.allocate(3) == [5, 4, 3]
+    pool.check_integrity({b: 1 for b in range(1, 8)})
+
+
+def test_ranked_free_list_counts_and_orders_without_a_pool():
+    free = RankedFreeList()
+    assert free.lowest() is None and free.count_at_most(float("inf")) == 0
+    free.add(5, 2.0, "x")
+    free.add(3, 1.0)
+    free.add(9, 2.0, "x")
+    free.add(4, 1.0, "y")
+    assert (len(free), 9 in free, 8 in free) == (4, True, False)
+    assert [free.count_at_most(r) for r in (0.0, 1.0, 2.0)] == [0, 2, 4]
+    assert free.lowest() == (3, 1.0)
+    assert (free.owner_of(5), free.owner_of(3), free.rank_of(4)) == ("x", None, 1.0)
+    with pytest.raises(ValueError, match="block 5"):
+        free.add(5, 0.0)
+    free.remove(3)
+    with pytest.raises(KeyError):
+        free.remove(3)
+    assert free.set_rank("x", 0.5) == 2
+    assert free.lowest() == (5, 0.5)
+    order = []
+    while free.lowest() is not None:
+        order.append(free.lowest())
+        free.remove(order[-1][0])
+    assert order == [(5, 0.5), (9, 0.5), (4, 1.0)]
+    assert free.set_rank("x", 1.0) == 0  # owners forget blocks that left the list
+
+
+def test_set_rank_keeps_the_tail_first_eviction_order_of_a_freed_table():
+    """`free` releases a table last block first so that tails go before heads (a chain
+    without its head is no hit); re-ranking the owner's blocks should keep that order."""
+    pool = cached_pool(5)
+    pool.free([1, 2, 3], owner="a", rank=3.0)  # tail first: 3, 2, 1
+    assert pool.set_rank("a", 1.0) == 3  # e.g. its retention expired
+    order, _ = evict_all(pool)
+    pool.check_integrity({1: 1, 2: 1, 3: 1, 4: 1})
+    assert order == [3, 2, 1]
