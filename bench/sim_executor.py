@@ -8,12 +8,14 @@ measures a step as `clock() - plan.created_at`) charges exactly that as service.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from engine.executor import StepResult
 from scheduler.plan import SchedulePlan
 
 from bench.cost_model import CostModel
 
-SIM_TOKEN_ID = 100  # every made-up token (calls run with ignore_eos, so it never stops one)
+SIM_TOKEN_ID = 100  # the made-up token without a `next_token` (calls run with ignore_eos)
 
 
 class VirtualClock:
@@ -39,6 +41,10 @@ class VirtualClock:
 class SimulatedExecutor:
     """Executes plans by advancing `clock` by `cost_model`'s step time plus the swap time.
 
+    Sampled tokens: `next_token(call's tokens so far)` (the driver's PromptMaker continues each
+    program's token stream, so a later call whose prompt holds this call's output hits it in
+    the prefix cache, as a chat history does), or SIM_TOKEN_ID without one.
+
     Swaps: each non-empty direction (out, then in) is one bulk transfer costing
     `cost_model.swap_seconds(len(pairs), bytes_per_block)`; they add to the step time and are
     reported as `swap_seconds`. Counters read by the driver: `num_steps`,
@@ -46,9 +52,11 @@ class SimulatedExecutor:
     eviction shows), `num_swap_transfers`, `busy_seconds`, `swap_seconds_total`.
     """
 
-    def __init__(self, cost_model: CostModel, clock: VirtualClock, block_size: int = 16) -> None:
+    def __init__(self, cost_model: CostModel, clock: VirtualClock, block_size: int = 16,
+                 next_token: Callable[[Sequence[int]], int] | None = None) -> None:
         self.cost_model = cost_model
         self.clock = clock
+        self.next_token = next_token
         self.bytes_per_block = cost_model.bytes_per_block(block_size)
         self.num_steps = 0
         self.num_tokens_computed = 0
@@ -70,7 +78,12 @@ class SimulatedExecutor:
             new += n
             pairs_total += n * context - n * (n - 1) // 2
             kv_tokens += context
-            tokens.append(SIM_TOKEN_ID if chunk.samples else None)
+            if not chunk.samples:
+                tokens.append(None)
+            elif self.next_token is None:
+                tokens.append(SIM_TOKEN_ID)
+            else:
+                tokens.append(self.next_token(chunk.call.all_token_ids))
         seconds = swap + self.cost_model.step_seconds_from_totals(
             new, pairs_total, kv_tokens, new_round=not plan.is_continuation)
         if not plan.is_empty:

@@ -18,6 +18,7 @@ import json
 import tempfile
 import time
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -116,7 +117,8 @@ class PromptMaker:
     stream's first `prompt_len` ids, so calls of one program share prefixes (as agent history
     does) while different programs share none, except a program's shared prefix: its first
     `prefix_len` ids come from the stream of its `prefix_key`, the same for every program with
-    that key (a shared system prompt)."""
+    that key (a shared system prompt). `next_token` continues a stream, so the tokens a call
+    generates are the ones its program's next prompt repeats (its history)."""
 
     def __init__(self, vocab: int) -> None:
         self.span = min(vocab - _FIRST_TOKEN, 100_000)
@@ -131,6 +133,11 @@ class PromptMaker:
             key_offset = zlib.crc32(program.prefix_key.encode()) % self.span
             ids[:program.prefix_len] = self._stream(key_offset, program.prefix_len)
         return ids
+
+    def next_token(self, token_ids: Sequence[int]) -> int:
+        """The id that follows the last of `token_ids` in its stream (made-up ids are
+        consecutive, wrapping inside the span)."""
+        return _FIRST_TOKEN + (token_ids[-1] - _FIRST_TOKEN + 1) % self.span
 
     def _stream(self, offset: int, length: int) -> list[int]:
         if length <= self.span:
@@ -170,10 +177,11 @@ def simulate(trace: Trace, policy: str, preset: str = "a100-80g", model: str = "
         longest = max((c.prompt_len for p in trace.programs for c in p.calls), default=1)
         config["max_num_batched_tokens"] = max(config["max_num_batched_tokens"], longest)
     clock = VirtualClock()
-    executor = SimulatedExecutor(cost, clock, config["block_size"])
+    prompts = PromptMaker(cost.model.vocab)
+    executor = SimulatedExecutor(cost, clock, config["block_size"], prompts.next_token)
     engine = LLMEngine(EngineConfig(model=str(model_dir_for(cost.model)), **config),
                        executor=executor, clock=clock)
-    driver = Driver(engine, clock, cost, PromptMaker(cost.model.vocab),
+    driver = Driver(engine, clock, cost, prompts,
                     use_oracle=config["policy"] == "oracle")
     driver.run(trace)
     engine.check_integrity()

@@ -57,6 +57,18 @@ def test_executor_advances_the_clock_and_charges_one_transfer_per_direction():
     assert executor.num_tokens_computed == 9  # one decode token + an 8-token chunk
 
 
+def test_executor_continues_each_program_stream_with_next_token():
+    maker = PromptMaker(vocab=1000)  # made-up ids 100..999, span 900
+    executor = SimulatedExecutor(UnitStepCost(), VirtualClock(), next_token=maker.next_token)
+    call = FakeCall()
+    call.all_token_ids = [100, 101, 998, 999]
+    plan = SchedulePlan(created_at=0.0)
+    plan.chunks = [ScheduledChunk(call, 3, 1, [1], True)]
+    assert executor.execute(plan).tokens == [100]  # 999 wraps round to the first made-up id
+    call.all_token_ids = [500, 501]
+    assert executor.execute(plan).tokens == [502]
+
+
 def test_executor_uses_the_cost_model_for_real_presets():
     cost = CostModel.from_names("a100-80g", "llama-3.1-8b")
     clock = VirtualClock()
