@@ -93,9 +93,7 @@ class ProgramMemory:
         would enter `level`. Returns the rank for them (QUEUED if the program has other
         active calls, TOOL_CALL if a retention fits the budget, else NONE); its other cached
         blocks move to that rank too."""
-        if program.ephemeral and not program.active_calls:
-            return NO_OWNER_RANK
-        if not self.enabled:
+        if not self.enabled or (program.ephemeral and not program.active_calls):
             return NO_OWNER_RANK
         if program.active_calls:
             return self.rank(level, Retention.QUEUED)

@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 
 from harness import Sim
 from scheduler.policies import POLICIES
-from scheduler.process_table import UnknownProgramError
 
 call_shape = st.tuples(st.integers(1, 12), st.integers(1, 12))  # prompt, output
 program = st.fixed_dictionaries({
