@@ -66,6 +66,17 @@ def test_stop_string_ends_the_call_and_is_cut_from_the_text(llm):
     assert out.text == " ".join(words[:first]) + " "
 
 
+def test_a_stop_string_on_the_last_allowed_token_is_a_stop(llm):
+    greedy = llm.generate(PROMPTS[0], SamplingParams(max_tokens=10, ignore_eos=True))[0]
+    words = greedy.text.split()
+    first = words.index(words[4])  # the stop string first appears at token `first`
+    out = llm.generate(PROMPTS[0], SamplingParams(max_tokens=first + 1, ignore_eos=True,
+                                                  stop=(words[4],)))[0]
+    assert (out.finish_reason, out.token_ids) == ("stop", greedy.token_ids[:first + 1])
+    assert out.text == " ".join(words[:first]) + " "
+    llm.engine.check_integrity()
+
+
 def test_text_prompts_are_tokenized(llm):
     by_text = llm.generate("w5 w17 w33 w90", SamplingParams(max_tokens=6, ignore_eos=True))[0]
     by_ids = llm.generate(PROMPTS[0], SamplingParams(max_tokens=6, ignore_eos=True))[0]
