@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine import EngineConfig
 
 DEFAULT_PROMPTS = (
     "What is the capital of France?",
@@ -38,8 +42,20 @@ def _generate(args: argparse.Namespace) -> None:
           f"({total / seconds:.1f} tokens/s) on {args.device}")
 
 
-def _serve(args: argparse.Namespace) -> None:
+def serve_config(args: argparse.Namespace, model: str) -> EngineConfig:
+    """The engine config of `agentix serve` (SystemExit naming the bad flag's field)."""
     from engine import EngineConfig
+
+    try:
+        return EngineConfig(model=model, policy=args.policy, dtype=args.dtype,
+                            device=args.device, enable_prefix_caching=not args.no_prefix_caching,
+                            num_host_blocks=args.num_host_blocks, kv_memory=args.kv_memory,
+                            preemption_mode=args.preemption_mode)
+    except ValueError as exc:
+        raise SystemExit(f"agentix serve: {exc}") from None
+
+
+def _serve(args: argparse.Namespace) -> None:
     from engine.models.smollm2 import ensure_smollm2_dir
     from server.app import serve_forever
     from server.auth import load_tokens
@@ -48,8 +64,7 @@ def _serve(args: argparse.Namespace) -> None:
         tokens = load_tokens(args.auth_token_file) if args.auth_token_file else None
     except (OSError, ValueError) as exc:
         raise SystemExit(f"agentix serve: --auth-token-file: {exc}") from None
-    config = EngineConfig(model=args.model or str(ensure_smollm2_dir()), policy=args.policy,
-                          dtype=args.dtype, device=args.device)
+    config = serve_config(args, args.model or str(ensure_smollm2_dir()))
 
     def ready(running) -> None:
         print(f"agentix serving on {running.address}", flush=True)
@@ -71,7 +86,7 @@ def _bench(args: argparse.Namespace) -> None:
     bench_main(args.bench_args)
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentix", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("generate", help="answer chat prompts with the offline engine")
@@ -97,6 +112,14 @@ def main(argv: list[str] | None = None) -> None:
                        help="seconds calls in flight get to finish on shutdown")
     serve.add_argument("--dtype", default="float32")
     serve.add_argument("--device", default="cpu")
+    serve.add_argument("--no-prefix-caching", action="store_true",
+                       help="turn the prefix cache off (on by default)")
+    serve.add_argument("--num-host-blocks", type=int, default=0,
+                       help="host KV blocks: swap space and the host tier of the prefix cache")
+    serve.add_argument("--kv-memory", default="program",
+                       help="'program' (priority-ranked eviction, retention) or 'lru'")
+    serve.add_argument("--preemption-mode", default="auto",
+                       help="recompute, swap, keep or auto (cheapest per preemption)")
     serve.set_defaults(run=_serve)
     demo = sub.add_parser("demo", help="serve SmolLM2 (ATLAS) and run three agent programs")
     demo.add_argument("--model", help="HF model directory (default: SmolLM2-135M-Instruct)")
@@ -106,6 +129,11 @@ def main(argv: list[str] | None = None) -> None:
                            help="benchmarks: 'agentix bench sim --help' (see bench/cli.py)")
     bench.add_argument("bench_args", nargs=argparse.REMAINDER)
     bench.set_defaults(run=_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if args.command == "bench":  # pass everything through, options before "sim" too
         args.bench_args = extra + args.bench_args

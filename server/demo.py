@@ -135,7 +135,8 @@ def main(model: str | None = None, dtype: str = "float32") -> None:
 
     model = model or str(ensure_smollm2_dir())
     config = EngineConfig(model=model, policy="atlas", dtype=dtype, max_num_seqs=16,
-                          kv_cache_memory_gb=0.5)
+                          kv_cache_memory_gb=0.5, enable_prefix_caching=True,
+                          preemption_mode="auto")
     server = start_server(config, host="127.0.0.1", port=0)
     print(f"agentix demo: SmolLM2-135M-Instruct, policy atlas, serving on {server.address}\n",
           flush=True)

@@ -14,7 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_helpers import collect, gen_request
 
 from server import agentix_pb2_grpc
-from server.cli import main
+from server.cli import build_parser, main, serve_config
 from server.gen_stubs import stale_stubs
 
 
@@ -55,6 +55,27 @@ def test_serve_rejects_a_malformed_token_file(tiny_llama_dir, tmp_path):
         main(["serve", "--model", tiny_llama_dir, "--auth-token-file", str(tokens)])
     message = str(info.value.code)
     assert f"{tokens}:2: expected 'TOKEN TENANT'" in message and "s3cret" not in message
+
+
+def test_serve_turns_on_prefix_caching_and_program_memory_by_default(tiny_llama_dir):
+    config = serve_config(build_parser().parse_args(["serve"]), tiny_llama_dir)
+    assert (config.enable_prefix_caching, config.kv_memory, config.preemption_mode,
+            config.num_host_blocks) == (True, "program", "auto", 0)
+    config = serve_config(build_parser().parse_args(
+        ["serve", "--no-prefix-caching", "--kv-memory", "lru", "--num-host-blocks", "64",
+         "--preemption-mode", "swap"]), tiny_llama_dir)
+    assert (config.enable_prefix_caching, config.kv_memory, config.preemption_mode,
+            config.num_host_blocks) == (False, "lru", "swap", 64)
+
+
+@pytest.mark.parametrize("flags, field", [(["--kv-memory", "mru"], "kv_memory"),
+                                          (["--preemption-mode", "keep", "--no-prefix-caching"],
+                                           "enable_prefix_caching"),
+                                          (["--num-host-blocks", "-1"], "num_host_blocks")])
+def test_serve_rejects_bad_memory_flags_naming_the_field(tiny_llama_dir, flags, field):
+    with pytest.raises(SystemExit) as info:
+        serve_config(build_parser().parse_args(["serve", *flags]), tiny_llama_dir)
+    assert field in str(info.value.code)
 
 
 def test_committed_stubs_match_the_proto():
