@@ -175,13 +175,12 @@ class LLMEngine:
         outputs, self._aborted = self._aborted, []
         for item in sampled:
             call, reason = item.call, item.finish_reason
-            cut = reason != FinishReason.STOP and bool(call.params.stop) \
-                and self._cut_stop_string(call)
-            if reason is not None:  # a stop string on the last allowed token still counts
-                reason = FinishReason.STOP if cut else reason
-                self._set_result(call, reason, item.record)
-            elif cut:
+            # A stop string counts even on the last allowed token (the scheduler said LENGTH).
+            if reason != FinishReason.STOP and call.params.stop and self._cut_stop_string(call):
                 reason = FinishReason.STOP
+            if item.record is not None:  # the scheduler finished it already
+                self._set_result(call, reason, item.record)
+            elif reason is not None:
                 self._finish(call, reason)
             outputs.append(StepOutput(call.call_id, [item.token], reason is not None, reason))
         return outputs

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 from kvcache.block_pool import BlockPool
@@ -27,6 +27,7 @@ class _CallBlocks:
 class _Offload:
     """A cached device block being copied to `host_block` this step."""
 
+    device_block: int
     host_block: int
     block_hash: int
     token_ids: tuple[int, ...]
@@ -73,8 +74,8 @@ class KVCacheManager:
         self.pool = BlockPool(num_blocks, reserve_null_block=True)
         self.host_pool = HostBlockPool(num_host_blocks)
         self._calls: dict[Hashable, _CallBlocks] = {}
-        self._offload_pairs: list[tuple[int, int]] = []  # (device, host) owed this step
-        self._offloaded: list[_Offload] = []  # stored on host at end_step
+        self._offloaded: list[_Offload] = []  # this step's; stored on host at end_step
+        self._num_offloads_taken = 0  # of them, copies handed to the plan already
         self._host_in_flight: list[int] = []  # host blocks read by this step's copies
         self.num_offloaded_blocks = 0
         self.num_fetched_blocks = 0
@@ -138,18 +139,12 @@ class KVCacheManager:
         state = self._calls.setdefault(call_id, _CallBlocks())
         if state.device or state.swapped:
             raise ValueError(f"call_id {call_id!r} already has blocks")
-        size = self.block_size
-        hits: list[int] = []
-        for i in range(self._max_hit_blocks(token_ids)):
-            block_hash = self._chain_hashes(state, token_ids, i + 1)[i]
-            block = self.pool.lookup(block_hash, token_ids[i * size:(i + 1) * size])
-            if block is None:
-                break
-            hits.append(block)
+        hits = self._cached_run(self.pool.lookup, state, token_ids, 0,
+                                self._max_hit_blocks(token_ids))
         self.pool.incref(hits)
         state.device = hits
         state.num_registered = len(hits)
-        return len(hits) * size
+        return len(hits) * self.block_size
 
     def host_prefix_blocks(self, call_id: Hashable, token_ids: Sequence[int]) -> int:
         """How many host-cached blocks continue the call's device prefix hit (within the same
@@ -157,13 +152,8 @@ class KVCacheManager:
         state = self._calls.get(call_id)
         if state is None or state.swapped or self.host_pool.num_cached == 0:
             return 0
-        size, found = self.block_size, 0
-        for i in range(len(state.device), self._max_hit_blocks(token_ids)):
-            block_hash = self._chain_hashes(state, token_ids, i + 1)[i]
-            if self.host_pool.lookup(block_hash, token_ids[i * size:(i + 1) * size]) is None:
-                break
-            found += 1
-        return found
+        return len(self._cached_run(self.host_pool.lookup, state, token_ids, len(state.device),
+                                    self._max_hit_blocks(token_ids)))
 
     def fetch_prefix(self, call_id: Hashable, token_ids: Sequence[int], num_blocks: int,
                      max_rank: float = float("inf")) -> list[tuple[int, int]] | None:
@@ -173,20 +163,18 @@ class KVCacheManager:
         if the device is short of blocks of rank <= `max_rank`."""
         state = self._calls[call_id]
         first, size = len(state.device), self.block_size
-        hashes = self._chain_hashes(state, token_ids, first + num_blocks)
-        host = []
-        for i in range(first, first + num_blocks):
-            block = self.host_pool.lookup(hashes[i], token_ids[i * size:(i + 1) * size])
-            if block is None:
-                raise ValueError(f"call_id {call_id!r}: block {i} of its prefix is not on host")
-            host.append(block)
+        host = self._cached_run(self.host_pool.lookup, state, token_ids, first,
+                                first + num_blocks)
+        if len(host) < num_blocks:
+            raise ValueError(f"call_id {call_id!r}: block {first + len(host)} of its prefix "
+                             f"is not on host")
         if self.pool.num_evictable(max_rank) < num_blocks:
             return None
         for block in host:  # claimed first, so the allocation's offloads cannot evict them
             self.host_pool.take(block)
         device = self.pool.allocate(num_blocks, max_rank, self._offload)
         for i, d in enumerate(device, start=first):  # type: ignore[arg-type]
-            self.pool.register(d, hashes[i], token_ids[i * size:(i + 1) * size])
+            self.pool.register(d, state.hashes[i], token_ids[i * size:(i + 1) * size])
         self._host_in_flight.extend(host)
         state.device = state.device + device
         state.num_registered = len(state.device)
@@ -312,7 +300,9 @@ class KVCacheManager:
     def take_offloads(self) -> list[tuple[int, int]]:
         """The (device_block, host_block) copies of cached blocks evicted since the last call:
         add them to this step's device-to-host copies."""
-        pairs, self._offload_pairs = self._offload_pairs, []
+        pairs = [(o.device_block, o.host_block)
+                 for o in self._offloaded[self._num_offloads_taken:]]
+        self._num_offloads_taken = len(self._offloaded)
         return pairs
 
     def end_step(self) -> None:
@@ -324,7 +314,7 @@ class KVCacheManager:
             else:
                 self.host_pool.store(offload.host_block, offload.block_hash,
                                      offload.token_ids, offload.rank, offload.owner)
-        self._offloaded = []
+        self._offloaded, self._num_offloads_taken = [], 0
         if self._host_in_flight:
             self.host_pool.free(self._host_in_flight)
             self._host_in_flight = []
@@ -337,8 +327,7 @@ class KVCacheManager:
         host = self.host_pool.allocate(1)
         if host is None:
             return
-        self._offload_pairs.append((block, host[0]))
-        self._offloaded.append(_Offload(host[0], block_hash, token_ids, rank, owner))
+        self._offloaded.append(_Offload(block, host[0], block_hash, token_ids, rank, owner))
         self.num_offloaded_blocks += 1
 
     def check_integrity(self) -> None:
@@ -374,6 +363,20 @@ class KVCacheManager:
                 raise ValueError(f"call_ids: {call_id!r} is not a known call {where}")
             states.append(state)
         return states
+
+    def _cached_run(self, lookup: Callable[[int, Sequence[int]], int | None],
+                    state: _CallBlocks, token_ids: Sequence[int], first: int,
+                    end: int) -> list[int]:
+        """The cached blocks `lookup` finds for the call's full blocks `first`, `first + 1`,
+        ... before `end`, up to the first miss."""
+        size, blocks = self.block_size, []
+        for i in range(first, end):
+            block_hash = self._chain_hashes(state, token_ids, i + 1)[i]
+            block = lookup(block_hash, token_ids[i * size:(i + 1) * size])
+            if block is None:
+                break
+            blocks.append(block)
+        return blocks
 
     def _max_hit_blocks(self, token_ids: Sequence[int]) -> int:
         return max(0, (len(token_ids) - 1) // self.block_size)

@@ -68,14 +68,11 @@ class RankedFreeList:
         """Move every block of `owner` to `rank`; they become the most recent there, keeping
         their relative LRU order (a freed table's tail still goes first). Returns how many
         moved; blocks already at `rank` stay put."""
-        moved = 0
-        for block in sorted(self._blocks_of.get(owner, ()), key=self._seq_of.__getitem__):
-            old = self._rank_of[block]
-            if old != rank:
-                self._drop_from_bucket(block, old)
-                self._put(block, rank)
-                moved += 1
-        return moved
+        moving = [b for b in self._blocks_of.get(owner, ()) if self._rank_of[b] != rank]
+        for block in sorted(moving, key=self._seq_of.__getitem__):
+            self._drop_from_bucket(block, self._rank_of[block])
+            self._put(block, rank)
+        return len(moving)
 
     def count_at_most(self, max_rank: float) -> int:
         """Blocks whose rank is <= `max_rank`."""

@@ -35,6 +35,7 @@ from scheduler.policies import Policy, Retention
 from scheduler.process_table import CallRecord, ProgramRecord
 
 NO_OWNER_RANK = 0.0
+LIVE_MIN_RANK = 1.0  # ranks of live programs' KV start here (see Policy.retention_rank)
 UNLIMITED = float("inf")
 
 
@@ -60,6 +61,8 @@ class ProgramMemory:
         self._tie = itertools.count()
         self.num_retained = 0
         self.num_retention_expired = 0
+        if self.enabled:  # evicted KV of live programs goes to the host tier
+            kv.enable_offload(LIVE_MIN_RANK)
 
     @property
     def retained_blocks(self) -> int:

@@ -33,7 +33,6 @@ from scheduler.starvation import StarvationWatch, starvation_ratio
 
 PROVISIONAL_QUANTUM_SECONDS = 1.0
 TOKEN_MODE_QUANTUM = 256.0
-LIVE_MIN_RANK = 1.0  # ranks of live programs' KV start here (see Policy.retention_rank)
 
 
 @dataclass
@@ -64,8 +63,6 @@ class Scheduler:
         self.levels = self._levels(config.quantum_base or (
             TOKEN_MODE_QUANTUM if config.service_mode == "tokens" else PROVISIONAL_QUANTUM_SECONDS))
         self.memory = ProgramMemory(config, kv, policy, self.num_levels)
-        if self.memory.enabled:
-            kv.enable_offload(LIVE_MIN_RANK)
         self.rates = TransferRates(config)
         self.running = LevelQueues(self.num_levels)
         self.queued = LevelQueues(self.num_levels)
@@ -133,8 +130,9 @@ class Scheduler:
             return self.table.end(program_id, failed, now), []
         program = self.table.get(program_id)
         calls = [self.calls[c] for c in list(program.active_calls)]
-        for call in calls:
-            self.finish(call, now)
+        for call in calls:  # no retention: the program's KV is nobody's
+            self._remove(call, now)
+            self.kv.free(call.call_id, program_id, NO_OWNER_RANK)
         record = self.table.end(program_id, failed, now)
         self.memory.ended(program_id)
         return record, calls
@@ -162,6 +160,20 @@ class Scheduler:
         """Remove `call` wherever it is, release all its blocks (cached ones at the rank
         `memory` gives them), fold its service into its program; an ephemeral program ends
         with its call. Returns the final record (None if the call was already finished)."""
+        record = self._remove(call, now)
+        if record is None:
+            return None
+        program = self.table.get(record.program_id)
+        rank = self.memory.finished(program, record, self._next_level(program),
+                                    self.kv.num_cached_blocks_of(call.call_id), now)
+        self.kv.free(call.call_id, record.program_id, rank)
+        if program.ephemeral and not program.active_calls:
+            self.table.end(record.program_id, now=now)
+        return record
+
+    def _remove(self, call: SchedulableCall, now: float) -> CallRecord | None:
+        """Take `call` out of the queues and its program's active calls, folding its service
+        into the program; its blocks are the caller's to free."""
         record = self.records.pop(call.call_id, None)
         if record is None:
             return None
@@ -174,13 +186,6 @@ class Scheduler:
         program = self.table.get(record.program_id)
         self.policy.complete(program, record)
         self.table.complete_call(record, now, call.num_tokens - call.num_prompt_tokens)
-        level = min((r.queue for r in program.active_calls.values()),
-                    default=self.policy.entry_level(program, self.levels))
-        rank = self.memory.finished(program, record, level,
-                                    self.kv.num_cached_blocks_of(call.call_id), now)
-        self.kv.free(call.call_id, record.program_id, rank)
-        if program.ephemeral and not program.active_calls:
-            self.table.end(record.program_id, now=now)
         return record
 
     # ----- after a step -----------------------------------------------------------------
@@ -265,7 +270,7 @@ class Scheduler:
         self.num_rounds += 1
         for expired in self.table.expire(now):
             self.memory.ended(expired.program_id)
-        self.memory.expire(now, self._next_level)
+        self.memory.expire(now, self._live_next_level)
         if self.config.anti_starvation:
             self._promote_starved(now)
         plan = SchedulePlan(created_at=now)
@@ -286,10 +291,16 @@ class Scheduler:
         plan.swap_out.extend(self.kv.take_offloads())
         return plan
 
-    def _next_level(self, program_id: str) -> int | None:
-        if program_id not in self.table:
-            return None
-        return self.policy.entry_level(self.table.get(program_id), self.levels)
+    def _next_level(self, program: ProgramRecord) -> int:
+        """The level a program's KV belongs to: its highest active call's, else the level
+        its next call would enter."""
+        if program.active_calls:
+            return min(r.queue for r in program.active_calls.values())
+        return self.policy.entry_level(program, self.levels)
+
+    def _live_next_level(self, program_id: str) -> int | None:
+        return self._next_level(self.table.get(program_id)) if program_id in self.table \
+            else None
 
     def _schedule_running(self, call: SchedulableCall, plan: SchedulePlan, rnd: _Round,
                           now: float) -> None:

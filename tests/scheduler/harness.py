@@ -60,6 +60,14 @@ class Sim:
             self.scheduler.check_integrity()
         raise AssertionError("calls did not finish")
 
+    def run_clean(self) -> None:
+        """Run to the end; nothing may leak: every device block free, host blocks free or
+        cached."""
+        self.run()
+        self.scheduler.check_integrity()
+        assert self.kv.num_free_blocks == self.kv.pool.num_usable
+        assert self.kv.num_free_host_blocks == self.kv.host_pool.num_blocks
+
     def run_until(self, call_id: str, max_steps: int = 10_000) -> None:
         for _ in range(max_steps):
             if call_id in self.completed:

@@ -30,11 +30,9 @@ def make_sim(num_blocks: int = 9, num_host_blocks: int = 0, **config) -> Sim:
 def add_call(sim: Sim, program: str, call_id: str, tokens, output_len: int,
              expected: float | None = None) -> SimCall:
     """Queue a SimCall with the given prompt tokens (the harness's prompts share nothing)."""
-    call = SimCall(call_id, len(tokens), output_len, sim.now, 0)
-    call.all_token_ids = list(tokens)
-    sim.calls[call_id] = call
-    sim.scheduler.add(call, sim.now, program, expected_tool_seconds=expected)
-    return call
+    tokens = list(tokens)
+    return sim.call(program, call_id, len(tokens), output_len, expected_tool_seconds=expected,
+                    token_ids=tokens)
 
 
 def run_first_call(sim: Sim, expected: float | None = 10.0) -> SimCall:
@@ -57,14 +55,6 @@ def step_until(sim: Sim, now: float) -> None:
     while sim.now < now:
         sim.step()
         sim.scheduler.check_integrity()
-
-
-def finish_all(sim: Sim) -> None:
-    """Run to the end; nothing may leak: every device block free, host blocks free or cached."""
-    sim.run()
-    sim.scheduler.check_integrity()
-    assert sim.kv.num_free_blocks == sim.kv.pool.num_usable
-    assert sim.kv.num_free_host_blocks == sim.kv.host_pool.num_blocks
 
 
 def test_a_lower_priority_call_waits_rather_than_evict_retained_kv():
@@ -96,7 +86,7 @@ def test_a_lower_priority_call_waits_rather_than_evict_retained_kv():
         sim.scheduler.check_integrity()
     sim.step()  # nothing runs: the waiting call may now evict anything
     assert l1.status is CallStatus.RUNNING
-    finish_all(sim)
+    sim.run_clean()
     assert sim.completed == ["a1", "a2", "r1", "l1"]
     assert sim.scheduler.stats()["num_preemptions"] == 0
 
@@ -116,7 +106,7 @@ def test_with_lru_memory_every_rank_is_zero_and_the_prefix_is_lost():
     a2 = add_call(sim, "A", "a2", a1.all_token_ids + [1, 2, 3, 4], 2)
     sim.step()  # r1's next block evicts A's head block before a2 is admitted
     assert sim.kv.block_table("r1") == [4, 5, 1]
-    finish_all(sim)
+    sim.run_clean()
     assert a2.num_cached_tokens == 0
     cached = [b for b in range(1, 9) if sim.kv.pool.is_cached(b)]
     assert cached and all(sim.kv.pool.free_rank(b) == 0.0 for b in cached)
@@ -134,7 +124,7 @@ def test_retention_expires_after_the_ttl_factor_times_the_hint():
     assert ranks(sim) == [LIVE_L1, LIVE_L1]
     stats = sim.scheduler.stats()
     assert (stats["retentions_expired"], stats["retained_blocks"]) == (1, 0)
-    finish_all(sim)
+    sim.run_clean()
 
 
 @pytest.mark.parametrize("config, ttl", [
@@ -180,7 +170,7 @@ def test_the_retention_budget_leaves_a_second_program_unretained():
     assert (stats["retentions"], stats["retained_blocks"]) == (1, 2)  # its 2 cached blocks
     add_call(sim, "A", "a2", A_PROMPT + [1], 1)  # A's next call ends its tool-call retention
     assert sim.scheduler.stats()["retained_blocks"] == 0
-    finish_all(sim)
+    sim.run_clean()
 
 
 def test_the_retention_budget_counts_only_the_blocks_it_keeps():
@@ -200,7 +190,7 @@ def test_ending_a_program_ranks_its_kv_zero_and_releases_its_retention():
     assert (stats["retained_blocks"], stats["retentions"]) == (0, 1)
     step_until(sim, 30.0)  # its old deadline (t=24) passes: nothing left to expire
     assert sim.scheduler.stats()["retentions_expired"] == 0
-    finish_all(sim)
+    sim.run_clean()
 
 
 def offloaded_setup(**config) -> tuple[Sim, SimCall]:
@@ -227,7 +217,7 @@ def test_offloaded_kv_of_a_live_program_is_fetched_for_its_next_call():
     assert [(c.call.call_id, c.start, c.num_tokens) for c in plan.chunks] == [("a2", 8, 8)]
     assert a2.num_cached_tokens == 8
     assert sim.scheduler.stats()["fetched_blocks"] == 2
-    finish_all(sim)
+    sim.run_clean()
 
 
 @pytest.mark.parametrize("how", ["end", "expire"])
@@ -239,7 +229,7 @@ def test_ending_or_expiring_a_program_with_offloaded_kv_leaks_nothing(how):
         step_until(sim, 25.0)
     assert "A" not in sim.scheduler.table
     assert sim.scheduler.stats()["retained_blocks"] == 0
-    finish_all(sim)
+    sim.run_clean()
     assert sim.kv.host_pool.num_cached == 2  # still findable, now nobody's (rank 0)
 
 
@@ -250,7 +240,7 @@ def test_without_re_ranking_the_tail_is_evicted_first_and_the_prefix_survives_in
     add_call(sim, "B", "b1", range(300, 328), 1)  # 7 blocks: evicts one of A's
     assert sim.step().swap_out == [(2, 0)]
     a2 = add_call(sim, "A", "a2", a1.all_token_ids + [1, 2, 3, 4], 2)
-    finish_all(sim)
+    sim.run_clean()
     assert a2.num_cached_tokens == 8  # block 0 on the device, block 1 fetched
 
 
@@ -263,7 +253,7 @@ def test_after_retention_expiry_the_tail_is_still_evicted_first():
     add_call(sim, "B", "b1", range(300, 328), 1)
     sim.step()
     a2 = add_call(sim, "A", "a2", a1.all_token_ids + [1, 2, 3, 4], 2)
-    finish_all(sim)
+    sim.run_clean()
     assert a2.num_cached_tokens == 8
 
 
@@ -279,7 +269,7 @@ def test_an_admission_fetching_from_a_full_host_pool_does_not_crash():
     a2 = add_call(sim, "A", "a2", a1.all_token_ids + [60, 61, 62], 1)
     sim.step()  # fetching A's block evicts one of B's, whose offload needs a host block
     assert a2.num_cached_tokens == 4
-    finish_all(sim)
+    sim.run_clean()
 
 
 def test_service_half_life_halves_an_idle_programs_service():
@@ -295,7 +285,7 @@ def test_service_half_life_halves_an_idle_programs_service():
     step_until(sim, sim.now + 20.0)  # two half-lives
     add_call(sim, "A", "a3", [9, 9], 1)
     assert sim.scheduler.table.get("A").service == 10.5 / 4
-    finish_all(sim)
+    sim.run_clean()
 
 
 def test_service_half_life_keeps_the_tenant_floor():
@@ -312,7 +302,7 @@ def test_service_half_life_keeps_the_tenant_floor():
     step_until(sim, 18.0)
     add_call(sim, "P2", "c2", [5, 6], 1)
     assert sim.scheduler.table.get("P2").service == 11.0 + 5.5
-    finish_all(sim)
+    sim.run_clean()
 
 
 def test_without_a_half_life_service_does_not_decay():
@@ -322,4 +312,4 @@ def test_without_a_half_life_service_does_not_decay():
     add_call(sim, "A", "a2", a1.all_token_ids + [1], 1)
     assert sim.scheduler.table.get("A").service == 11.0
     assert sim.scheduler.records["a2"].queue == 1
-    finish_all(sim)
+    sim.run_clean()

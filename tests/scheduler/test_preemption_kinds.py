@@ -52,13 +52,6 @@ def kinds(sim: Sim) -> dict[str, int]:
                                   "preemptions_recompute", "num_swap_ins")}
 
 
-def finish(sim: Sim) -> None:
-    sim.run()
-    sim.scheduler.check_integrity()
-    assert sim.kv.num_free_blocks == sim.kv.pool.num_usable
-    assert sim.kv.num_free_host_blocks == sim.kv.host_pool.num_blocks
-
-
 def test_keep_frees_the_victim_at_its_rank_and_it_resumes_by_a_prefix_hit():
     sim = make_sim("seats", "keep")
     low_then_high(sim)
@@ -73,7 +66,7 @@ def test_keep_frees_the_victim_at_its_rank_and_it_resumes_by_a_prefix_hit():
     assert [(c.call.call_id, c.start, c.num_tokens) for c in plan.chunks] == [("low", 16, 2)]
     assert low.num_cached_tokens == 16
     assert sim.kv.block_table("low")[:4] == [1, 2, 3, 4]
-    finish(sim)
+    sim.run_clean()
     assert kinds(sim) == dict(num_preemptions=1, preemptions_keep=1, preemptions_swap=0,
                               preemptions_recompute=0, num_swap_ins=0)
 
@@ -91,7 +84,7 @@ def test_kept_blocks_evicted_under_memory_pressure_are_offloaded_and_fetched_bac
     assert plan.swap_in[:1] == [(0, plan.chunks[0].block_table[3])]
     assert [(c.call.call_id, c.start) for c in plan.chunks] == [("low", 16)]
     assert sim.calls["low"].num_cached_tokens == 16  # 12 on the device, 4 fetched
-    finish(sim)
+    sim.run_clean()
     assert sim.scheduler.stats()["fetched_blocks"] == 1
     assert kinds(sim)["preemptions_keep"] == 1
 
@@ -114,7 +107,7 @@ def test_auto_keeps_for_seats_and_swaps_or_recomputes_for_memory(limit, rates, k
                                        else CallStatus.WAITING)
     assert plan.swap_out[:5] == ([(1, 0), (2, 1), (3, 2), (4, 3), (5, 4)]
                                  if kind is PreemptionKind.SWAP else [])
-    finish(sim)
+    sim.run_clean()
     expected = dict(num_preemptions=1, preemptions_keep=0, preemptions_swap=0,
                     preemptions_recompute=0, num_swap_ins=int(kind is PreemptionKind.SWAP))
     expected[f"preemptions_{kind.value}"] = 1
@@ -126,7 +119,7 @@ def test_auto_without_prefix_caching_never_keeps():
               preemption_mode="auto", **LEVELS, **RATES)
     low_then_high(sim)
     assert sim.step().preempted == {"low": PreemptionKind.SWAP}
-    finish(sim)
+    sim.run_clean()
 
 
 def test_preemption_costs_are_exact():
