@@ -5,5 +5,8 @@ from engine.llm import LLM
 from engine.llm_engine import LLMEngine
 from engine.outputs import CompletionOutput, StepOutput
 from engine.sampling_params import SamplingParams
+from engine.stats import EngineStats
+from engine.tokenizer import ChatPrompt
 
-__all__ = ["LLM", "LLMEngine", "EngineConfig", "SamplingParams", "CompletionOutput", "StepOutput"]
+__all__ = ["LLM", "LLMEngine", "EngineConfig", "SamplingParams", "CompletionOutput", "StepOutput",
+           "EngineStats", "ChatPrompt"]

@@ -38,6 +38,8 @@ class Call:
     output_text: str | None = None
     queue_seconds: float = 0.0    # set when it finishes: time it waited (queued or swapped)
     service_seconds: float = 0.0  # set when it finishes: service charged to it
+    first_token_time: float | None = None  # engine clock, when its first token was sampled
+    finish_time: float | None = None
 
     def __post_init__(self) -> None:
         self.all_token_ids = list(self.prompt_token_ids)

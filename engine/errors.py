@@ -3,9 +3,9 @@ caller can map them to status codes without parsing messages)."""
 
 from __future__ import annotations
 
-from scheduler.process_table import UnknownProgramError
+from scheduler.process_table import ProgramExistsError, UnknownProgramError
 
-__all__ = ["DuplicateCallError", "UnknownProgramError"]
+__all__ = ["DuplicateCallError", "ProgramExistsError", "UnknownProgramError"]
 
 
 class DuplicateCallError(ValueError):

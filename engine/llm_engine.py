@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from dataclasses import replace
 from typing import Callable, Sequence
 
 import torch
@@ -16,15 +17,17 @@ from engine.loader import read_model_dir
 from engine.model_runner import ModelRunner
 from engine.outputs import CompletionOutput, StepOutput
 from engine.sampling_params import SamplingParams
-from engine.tokenizer import load_tokenizer
+from engine.stats import EngineCounters, EngineStats
+from engine.tokenizer import ChatPrompt, load_tokenizer
 from kvcache.kv_tensor import KVCacheSpec
 from kvcache.manager import KVCacheManager
 from scheduler.plan import SchedulePlan
 from scheduler.policies import make_policy
+from scheduler.preemption import PreemptionKind
 from scheduler.process_table import CallRecord, ProgramRecord
 from scheduler.scheduler import Scheduler
 
-Prompt = str | Sequence[int]
+Prompt = str | Sequence[int] | ChatPrompt
 MAX_EXPECTED_TOOL_SECONDS = 86_400.0
 
 
@@ -55,7 +58,7 @@ class LLMEngine:
                                  config.enable_prefix_caching)
         # A call must fit the whole pool on its own, or it could never finish.
         self.max_model_len = min(self.max_model_len, self.kv.pool.num_usable * config.block_size)
-        bytes_per_block = KVCacheSpec(
+        self.bytes_per_block = bytes_per_block = KVCacheSpec(
             num_blocks=num_blocks, num_layers=files.args.num_layers,
             block_size=config.block_size, num_kv_heads=files.args.num_kv_heads,
             head_dim=files.args.head_dim, dtype=getattr(torch, config.dtype)).bytes_per_block
@@ -64,6 +67,7 @@ class LLMEngine:
         self.calls: dict[str, Call] = {}
         self._arrivals = itertools.count()
         self._aborted: list[StepOutput] = []
+        self.counters = EngineCounters()
 
     # ----- programs ---------------------------------------------------------------------
     def start_program(self, program_id: str | None = None, tenant: str | None = None,
@@ -88,6 +92,16 @@ class LLMEngine:
     def get_program(self, program_id: str) -> ProgramRecord:
         """The live process-table record (read it, do not change it)."""
         return self.scheduler.table.get(program_id)
+
+    def on_program_end(self, callback: Callable[[ProgramRecord, float], None] | None) -> None:
+        """Have `callback(final_record, now)` called (on the stepping thread) as each program
+        ends: by end_program, TTL expiry, or its one call finishing (a one-call program)."""
+        self.scheduler.table.on_end(callback)
+
+    def programs_by_service(self, limit: int, tenant: str | None = None) -> list[ProgramRecord]:
+        """Up to `limit` active programs with the most service, most first (only `tenant`'s
+        when given; live records)."""
+        return self.scheduler.table.top_by_service(limit, tenant)
 
     # ----- calls ------------------------------------------------------------------------
     def add_call(self, program_id: str | None, prompt: Prompt,
@@ -137,10 +151,13 @@ class LLMEngine:
 
     def tokenize_prompt(self, prompt: Prompt) -> list[int]:
         """The prompt's token ids, or a ValueError naming what is wrong with it."""
+        if isinstance(prompt, (str, ChatPrompt)) and self.tokenizer is None:
+            raise ValueError("prompt: text and chat prompts need a tokenizer in the model "
+                             "directory")
         if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise ValueError("prompt: text prompts need a tokenizer in the model directory")
             token_ids = self.tokenizer.encode(prompt)
+        elif isinstance(prompt, ChatPrompt):
+            token_ids = self.tokenizer.render_chat(prompt)
         else:
             token_ids = list(prompt)
         if not token_ids:
@@ -171,10 +188,16 @@ class LLMEngine:
         """Hand the step to the scheduler (service, tokens, blocks, stop tokens and lengths),
         then cut stop strings and fix the results of finished calls. Also returns the final
         outputs of calls aborted since the last step."""
-        sampled = self.scheduler.update(plan, result.tokens, self.clock(), result.swap_seconds)
+        now = self.clock()
+        sampled = self.scheduler.update(plan, result.tokens, now, result.swap_seconds)
+        self.counters.swap_out_bytes += len(plan.swap_out) * self.bytes_per_block
+        self.counters.swap_in_bytes += len(plan.swap_in) * self.bytes_per_block
+        self.counters.generation_tokens += len(sampled)
         outputs, self._aborted = self._aborted, []
         for item in sampled:
             call, reason = item.call, item.finish_reason
+            if call.first_token_time is None:
+                call.first_token_time = now
             # A stop string counts even on the last allowed token (the scheduler said LENGTH).
             if reason != FinishReason.STOP and call.params.stop and self._cut_stop_string(call):
                 reason = FinishReason.STOP
@@ -202,13 +225,21 @@ class LLMEngine:
     def _set_result(self, call: Call, reason: str, record: CallRecord) -> None:
         """Fix a finished call's reason, text and usage (from its final scheduler record)."""
         call.finish_reason = reason
+        call.finish_time = self.clock()
         call.queue_seconds, call.service_seconds = record.total_wait, record.total_service
+        self.counters.prompt_tokens_cached += call.num_cached_tokens
+        self.counters.prompt_tokens_computed += call.num_prompt_tokens - call.num_cached_tokens
         if call.output_text is None and self.tokenizer is not None:
             call.output_text = self.tokenizer.decode(call.output_token_ids)
 
     # ----- results and checks -----------------------------------------------------------
     def has_unfinished_calls(self) -> bool:
         return self.scheduler.num_unfinished > 0
+
+    @property
+    def num_waiting(self) -> int:
+        """Calls queued (waiting or swapped out), not running."""
+        return self.scheduler.num_waiting
 
     def pop_completion(self, call_id: str) -> CompletionOutput:
         """Hand over a finished call's result and forget the call. A finished call stays in
@@ -217,10 +248,26 @@ class LLMEngine:
         if not call.is_finished:
             raise ValueError(f"call_id {call_id!r} has not finished")
         del self.calls[call_id]
-        return CompletionOutput(call.call_id, call.prompt_token_ids, call.output_token_ids,
-                                call.output_text or "", call.finish_reason or "",
-                                call.num_cached_tokens, call.num_preemptions,
-                                call.queue_seconds, call.service_seconds)
+        return CompletionOutput(
+            call_id=call.call_id, prompt_token_ids=call.prompt_token_ids,
+            token_ids=call.output_token_ids, text=call.output_text or "",
+            finish_reason=call.finish_reason or "", num_cached_tokens=call.num_cached_tokens,
+            num_preemptions=call.num_preemptions, queue_seconds=call.queue_seconds,
+            service_seconds=call.service_seconds, arrival_time=call.arrival_time,
+            first_token_time=call.first_token_time, finish_time=call.finish_time)
+
+    def stats(self) -> EngineStats:
+        """The engine's live load and counters (see EngineStats)."""
+        pool, host = self.kv.pool, self.kv.host_pool
+        scheduler = self.scheduler
+        return EngineStats(
+            load=scheduler.load(), kv_blocks_total=pool.num_usable,
+            kv_blocks_free=pool.num_free - pool.num_cached_free,
+            kv_blocks_cached=pool.num_cached_free, kv_blocks_used=pool.num_usable - pool.num_free,
+            host_blocks_total=host.num_blocks, host_blocks_used=host.num_blocks - host.num_free,
+            preemptions={kind.value: scheduler.preemptions[kind] for kind in PreemptionKind},
+            promotions=scheduler.num_promotions, steps=scheduler.num_steps,
+            counters=replace(self.counters))
 
     def check_integrity(self) -> None:
         """Raise if a KV or host block is leaked or double-owned, or if the scheduler's

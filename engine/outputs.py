@@ -18,7 +18,8 @@ class StepOutput:
 @dataclass(frozen=True)
 class CompletionOutput:
     """A finished call: generated ids, their text (stop string cut off), why it ended, and
-    its usage (prompt tokens are `len(prompt_token_ids)`)."""
+    its usage (prompt tokens are `len(prompt_token_ids)`) and its times on the engine's clock:
+    arrival, first token (None if it produced none) and finish."""
 
     call_id: str
     prompt_token_ids: list[int]
@@ -29,3 +30,6 @@ class CompletionOutput:
     num_preemptions: int
     queue_seconds: float
     service_seconds: float
+    arrival_time: float
+    first_token_time: float | None
+    finish_time: float

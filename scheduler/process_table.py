@@ -9,9 +9,11 @@ at once (the caller gets the final record), so the table never grows without bou
 from __future__ import annotations
 
 import enum
+import heapq
 import itertools
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Callable
 
 RECENTLY_ENDED = 4096
 
@@ -21,6 +23,10 @@ class ProgramState(enum.Enum):
     COMPLETED = "completed"
     FAILED = "failed"
     EXPIRED = "expired"
+
+
+class ProgramExistsError(ValueError):
+    """A proposed program id is taken (active, or recently ended)."""
 
 
 class UnknownProgramError(KeyError):
@@ -114,6 +120,12 @@ class ProcessTable:
         self._idle: OrderedDict[str, None] = OrderedDict()
         self._ended: OrderedDict[str, ProgramRecord] = OrderedDict()
         self._ids = itertools.count()
+        self._on_end: Callable[[ProgramRecord, float], None] | None = None
+
+    def on_end(self, callback: Callable[[ProgramRecord, float], None] | None) -> None:
+        """Call `callback(record, now)` once for each program that ends (completed, failed
+        or expired), after its final record is fixed (None: no callback)."""
+        self._on_end = callback
 
     def __len__(self) -> int:
         return len(self._programs)
@@ -132,12 +144,18 @@ class ProcessTable:
         elif not isinstance(program_id, str) or not program_id:
             raise ValueError(f"program_id must be a non-empty string, got {program_id!r}")
         elif program_id in self._programs or program_id in self._ended:
-            raise ValueError(f"program_id {program_id!r} is already in use")
+            raise ProgramExistsError(f"program_id {program_id!r} is already in use")
         record = ProgramRecord(program_id, tenant, now, ephemeral=ephemeral)
         record.service = record.floor = self.tenant_service(tenant, now)
         self._programs[program_id] = record
         self._idle[program_id] = None
         return record
+
+    def top_by_service(self, limit: int, tenant: str | None = None) -> list[ProgramRecord]:
+        """Up to `limit` active records with the most service, most first (only `tenant`'s
+        when it is given)."""
+        records = (r for r in self._programs.values() if tenant is None or r.tenant == tenant)
+        return heapq.nlargest(limit, records, key=lambda r: r.service)
 
     def get(self, program_id: str) -> ProgramRecord:
         try:
@@ -194,11 +212,13 @@ class ProcessTable:
         self._idle.pop(program_id, None)
         record.state = ProgramState.FAILED if failed else ProgramState.COMPLETED
         self._credit_tenant(record, now)
-        self._remember(record)
+        self._remember(record, now)
         return record
 
-    def _remember(self, record: ProgramRecord) -> None:
+    def _remember(self, record: ProgramRecord, now: float) -> None:
         self._ended[record.program_id] = record
+        if self._on_end is not None:
+            self._on_end(record, now)
         if len(self._ended) > RECENTLY_ENDED:
             self._ended.popitem(last=False)
 
@@ -217,7 +237,7 @@ class ProcessTable:
             del self._programs[program_id]
             record.state = ProgramState.EXPIRED
             self._credit_tenant(record, now)
-            self._remember(record)
+            self._remember(record, now)
             expired.append(record)
         return expired
 

@@ -82,6 +82,10 @@ class LevelQueues:
                 if item in self._where:
                     yield item
 
+    def depths(self) -> tuple[int, ...]:
+        """The number of items at each level, top-down."""
+        return tuple(len(entries) for entries in self._levels)
+
     def item_at(self, level: int, index: int) -> Hashable | None:
         """The `index`-th item of a level in order, or None past its end (no copy)."""
         entries = self._levels[level]

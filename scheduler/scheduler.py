@@ -22,6 +22,7 @@ from typing import Sequence
 from kvcache.manager import KVCacheManager
 from scheduler.call_state import CallStatus, SampledToken, SchedulableCall
 from scheduler.config import SchedulerConfig
+from scheduler.load import SchedulerLoad
 from scheduler.memory import NO_OWNER_RANK, UNLIMITED, ProgramMemory
 from scheduler.plan import SchedulePlan, ScheduledChunk
 from scheduler.policies import Policy
@@ -98,6 +99,17 @@ class Scheduler:
     def num_waiting(self) -> int:
         """Calls queued (waiting or swapped), not running."""
         return len(self.queued)
+
+    def load(self) -> SchedulerLoad:
+        """What the scheduler holds now (see SchedulerLoad)."""
+        queued = [self.calls[c] for c in self.queued]
+        swapped = sum(1 for call in queued if call.status is CallStatus.SWAPPED)
+        return SchedulerLoad(
+            calls_running=len(self.running), calls_waiting=len(queued) - swapped,
+            calls_swapped=swapped, programs_active=len(self.table),
+            queue_depths=self.queued.depths(),
+            running_tokens=sum(self.calls[c].num_tokens for c in self.running),
+            waiting_tokens=sum(c.num_tokens - c.num_computed_tokens for c in queued))
 
     def stats(self) -> dict[str, float]:
         """Counters since start (preemptions by kind, KV moved between tiers, retention) and

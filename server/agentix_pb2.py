@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14server/agentix.proto\x12\nagentix.v1\"9\n\x13StartProgramRequest\x12\x12\n\nprogram_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\"*\n\x14StartProgramResponse\x12\x12\n\nprogram_id\x18\x01 \x01(\t\"7\n\x11\x45ndProgramRequest\x12\x12\n\nprogram_id\x18\x01 \x01(\t\x12\x0e\n\x06\x66\x61iled\x18\x02 \x01(\x08\"\xd0\x01\n\x0eSamplingParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\x12\n\x05top_p\x18\x02 \x01(\x02H\x00\x88\x01\x01\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12\x11\n\x04seed\x18\x04 \x01(\x03H\x01\x88\x01\x01\x12\x17\n\nmax_tokens\x18\x05 \x01(\x05H\x02\x88\x01\x01\x12\x0c\n\x04stop\x18\x06 \x03(\t\x12\x16\n\x0estop_token_ids\x18\x07 \x03(\x05\x12\x12\n\nignore_eos\x18\x08 \x01(\x08\x42\x08\n\x06_top_pB\x07\n\x05_seedB\r\n\x0b_max_tokens\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\x05\"\xfa\x01\n\x0fGenerateRequest\x12\x12\n\nprogram_id\x18\x01 \x01(\t\x12\x11\n\tthread_id\x18\x02 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x03 \x01(\t\x12\x0e\n\x04text\x18\x04 \x01(\tH\x00\x12)\n\ttoken_ids\x18\x05 \x01(\x0b\x32\x14.agentix.v1.TokenIdsH\x00\x12,\n\x08sampling\x18\x06 \x01(\x0b\x32\x1a.agentix.v1.SamplingParams\x12\"\n\x15\x65xpected_tool_seconds\x18\x07 \x01(\x01H\x01\x88\x01\x01\x42\x08\n\x06promptB\x18\n\x16_expected_tool_seconds\"(\n\x05\x44\x65lta\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\"\x80\x01\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x15\n\rcached_tokens\x18\x02 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x03 \x01(\x05\x12\x15\n\rqueue_seconds\x18\x04 \x01(\x01\x12\x17\n\x0fservice_seconds\x18\x05 \x01(\x01\"N\n\x05\x46inal\x12\x15\n\rfinish_reason\x18\x01 \x01(\t\x12 \n\x05usage\x18\x02 \x01(\x0b\x32\x11.agentix.v1.Usage\x12\x0c\n\x04text\x18\x03 \x01(\t\"s\n\x10GenerateResponse\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\"\n\x05\x64\x65lta\x18\x02 \x01(\x0b\x32\x11.agentix.v1.DeltaH\x00\x12\"\n\x05\x66inal\x18\x03 \x01(\x0b\x32\x11.agentix.v1.FinalH\x00\x42\x06\n\x04kind\"\x1f\n\x0c\x41\x62ortRequest\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\" \n\rAbortResponse\x12\x0f\n\x07\x61\x62orted\x18\x01 \x01(\x08\"\'\n\x11GetProgramRequest\x12\x12\n\nprogram_id\x18\x01 \x01(\t\"m\n\x08\x43\x61llInfo\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x11\n\tthread_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61rrival\x18\x03 \x01(\x01\x12\x0c\n\x04wait\x18\x04 \x01(\x01\x12\x0f\n\x07service\x18\x05 \x01(\x01\x12\r\n\x05queue\x18\x06 \x01(\x05\"\xc2\x02\n\x0bProgramInfo\x12\x12\n\nprogram_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\x0f\n\x07service\x18\x04 \x01(\x01\x12\x0c\n\x04wait\x18\x05 \x01(\x01\x12*\n\x0c\x61\x63tive_calls\x18\x06 \x03(\x0b\x32\x14.agentix.v1.CallInfo\x12\x0e\n\x06\x65ngine\x18\x07 \x01(\x05\x12\x19\n\x11last_call_arrival\x18\x08 \x01(\x01\x12\x1c\n\x14last_call_completion\x18\t \x01(\x01\x12\x11\n\tnum_calls\x18\n \x01(\x05\x12\x15\n\rprompt_tokens\x18\x0b \x01(\x03\x12\x18\n\x10generated_tokens\x18\x0c \x01(\x03\x12\x11\n\tswap_time\x18\r \x01(\x01\x12\x15\n\rexternal_time\x18\x0e \x01(\x01\"\x12\n\x10ModelInfoRequest\"\x88\x01\n\x11ModelInfoResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x12\n\nvocab_size\x18\x02 \x01(\x05\x12\x15\n\rmax_model_len\x18\x03 \x01(\x05\x12\x0e\n\x06policy\x18\x04 \x01(\t\x12\x12\n\nblock_size\x18\x05 \x01(\x05\x12\x15\n\rnum_kv_blocks\x18\x06 \x01(\x05\x32\xb9\x03\n\x07\x41gentix\x12Q\n\x0cStartProgram\x12\x1f.agentix.v1.StartProgramRequest\x1a .agentix.v1.StartProgramResponse\x12\x44\n\nEndProgram\x12\x1d.agentix.v1.EndProgramRequest\x1a\x17.agentix.v1.ProgramInfo\x12G\n\x08Generate\x12\x1b.agentix.v1.GenerateRequest\x1a\x1c.agentix.v1.GenerateResponse0\x01\x12<\n\x05\x41\x62ort\x12\x18.agentix.v1.AbortRequest\x1a\x19.agentix.v1.AbortResponse\x12\x44\n\nGetProgram\x12\x1d.agentix.v1.GetProgramRequest\x1a\x17.agentix.v1.ProgramInfo\x12H\n\tModelInfo\x12\x1c.agentix.v1.ModelInfoRequest\x1a\x1d.agentix.v1.ModelInfoResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14server/agentix.proto\x12\nagentix.v1\"9\n\x13StartProgramRequest\x12\x12\n\nprogram_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\"*\n\x14StartProgramResponse\x12\x12\n\nprogram_id\x18\x01 \x01(\t\"7\n\x11\x45ndProgramRequest\x12\x12\n\nprogram_id\x18\x01 \x01(\t\x12\x0e\n\x06\x66\x61iled\x18\x02 \x01(\x08\"\xd0\x01\n\x0eSamplingParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\x12\n\x05top_p\x18\x02 \x01(\x02H\x00\x88\x01\x01\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12\x11\n\x04seed\x18\x04 \x01(\x03H\x01\x88\x01\x01\x12\x17\n\nmax_tokens\x18\x05 \x01(\x05H\x02\x88\x01\x01\x12\x0c\n\x04stop\x18\x06 \x03(\t\x12\x16\n\x0estop_token_ids\x18\x07 \x03(\x05\x12\x12\n\nignore_eos\x18\x08 \x01(\x08\x42\x08\n\x06_top_pB\x07\n\x05_seedB\r\n\x0b_max_tokens\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\x05\",\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"9\n\x0c\x43hatMessages\x12)\n\x08messages\x18\x01 \x03(\x0b\x32\x17.agentix.v1.ChatMessage\"\xa8\x02\n\x0fGenerateRequest\x12\x12\n\nprogram_id\x18\x01 \x01(\t\x12\x11\n\tthread_id\x18\x02 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x03 \x01(\t\x12\x0e\n\x04text\x18\x04 \x01(\tH\x00\x12)\n\ttoken_ids\x18\x05 \x01(\x0b\x32\x14.agentix.v1.TokenIdsH\x00\x12,\n\x08messages\x18\x08 \x01(\x0b\x32\x18.agentix.v1.ChatMessagesH\x00\x12,\n\x08sampling\x18\x06 \x01(\x0b\x32\x1a.agentix.v1.SamplingParams\x12\"\n\x15\x65xpected_tool_seconds\x18\x07 \x01(\x01H\x01\x88\x01\x01\x42\x08\n\x06promptB\x18\n\x16_expected_tool_seconds\"(\n\x05\x44\x65lta\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\"\x80\x01\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x15\n\rcached_tokens\x18\x02 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x03 \x01(\x05\x12\x15\n\rqueue_seconds\x18\x04 \x01(\x01\x12\x17\n\x0fservice_seconds\x18\x05 \x01(\x01\"N\n\x05\x46inal\x12\x15\n\rfinish_reason\x18\x01 \x01(\t\x12 \n\x05usage\x18\x02 \x01(\x0b\x32\x11.agentix.v1.Usage\x12\x0c\n\x04text\x18\x03 \x01(\t\"s\n\x10GenerateResponse\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\"\n\x05\x64\x65lta\x18\x02 \x01(\x0b\x32\x11.agentix.v1.DeltaH\x00\x12\"\n\x05\x66inal\x18\x03 \x01(\x0b\x32\x11.agentix.v1.FinalH\x00\x42\x06\n\x04kind\"\x1f\n\x0c\x41\x62ortRequest\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\" \n\rAbortResponse\x12\x0f\n\x07\x61\x62orted\x18\x01 \x01(\x08\"\'\n\x11GetProgramRequest\x12\x12\n\nprogram_id\x18\x01 \x01(\t\"m\n\x08\x43\x61llInfo\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x11\n\tthread_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61rrival\x18\x03 \x01(\x01\x12\x0c\n\x04wait\x18\x04 \x01(\x01\x12\x0f\n\x07service\x18\x05 \x01(\x01\x12\r\n\x05queue\x18\x06 \x01(\x05\"\xc2\x02\n\x0bProgramInfo\x12\x12\n\nprogram_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\x0f\n\x07service\x18\x04 \x01(\x01\x12\x0c\n\x04wait\x18\x05 \x01(\x01\x12*\n\x0c\x61\x63tive_calls\x18\x06 \x03(\x0b\x32\x14.agentix.v1.CallInfo\x12\x0e\n\x06\x65ngine\x18\x07 \x01(\x05\x12\x19\n\x11last_call_arrival\x18\x08 \x01(\x01\x12\x1c\n\x14last_call_completion\x18\t \x01(\x01\x12\x11\n\tnum_calls\x18\n \x01(\x05\x12\x15\n\rprompt_tokens\x18\x0b \x01(\x03\x12\x18\n\x10generated_tokens\x18\x0c \x01(\x03\x12\x11\n\tswap_time\x18\r \x01(\x01\x12\x15\n\rexternal_time\x18\x0e \x01(\x01\"\x12\n\x10ModelInfoRequest\"\x88\x01\n\x11ModelInfoResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x12\n\nvocab_size\x18\x02 \x01(\x05\x12\x15\n\rmax_model_len\x18\x03 \x01(\x05\x12\x0e\n\x06policy\x18\x04 \x01(\t\x12\x12\n\nblock_size\x18\x05 \x01(\x05\x12\x15\n\rnum_kv_blocks\x18\x06 \x01(\x05\"*\n\x12\x45ngineStatsRequest\x12\x14\n\x0ctop_programs\x18\x01 \x01(\x05\"\xfe\x04\n\x13\x45ngineStatsResponse\x12\x15\n\rcalls_running\x18\x01 \x01(\x05\x12\x15\n\rcalls_waiting\x18\x02 \x01(\x05\x12\x15\n\rcalls_swapped\x18\x03 \x01(\x05\x12\x17\n\x0fprograms_active\x18\x04 \x01(\x05\x12\x17\n\x0fkv_blocks_total\x18\x05 \x01(\x05\x12\x16\n\x0ekv_blocks_free\x18\x06 \x01(\x05\x12\x18\n\x10kv_blocks_cached\x18\x07 \x01(\x05\x12\x16\n\x0ekv_blocks_used\x18\x08 \x01(\x05\x12\x19\n\x11host_blocks_total\x18\t \x01(\x05\x12\x18\n\x10host_blocks_used\x18\n \x01(\x05\x12\x14\n\x0cqueue_depths\x18\x0b \x03(\x05\x12\x16\n\x0erunning_tokens\x18\x0c \x01(\x03\x12\x16\n\x0ewaiting_tokens\x18\r \x01(\x03\x12\x1d\n\x15preemptions_recompute\x18\x0e \x01(\x03\x12\x18\n\x10preemptions_swap\x18\x0f \x01(\x03\x12\x18\n\x10preemptions_keep\x18\x10 \x01(\x03\x12\x16\n\x0eswap_out_bytes\x18\x11 \x01(\x03\x12\x15\n\rswap_in_bytes\x18\x12 \x01(\x03\x12\x1e\n\x16prompt_tokens_computed\x18\x13 \x01(\x03\x12\x1c\n\x14prompt_tokens_cached\x18\x14 \x01(\x03\x12\x19\n\x11generation_tokens\x18\x15 \x01(\x03\x12\x12\n\npromotions\x18\x16 \x01(\x03\x12\r\n\x05steps\x18\x17 \x01(\x03\x12-\n\x0ctop_programs\x18\x18 \x03(\x0b\x32\x17.agentix.v1.ProgramInfo2\x89\x04\n\x07\x41gentix\x12Q\n\x0cStartProgram\x12\x1f.agentix.v1.StartProgramRequest\x1a .agentix.v1.StartProgramResponse\x12\x44\n\nEndProgram\x12\x1d.agentix.v1.EndProgramRequest\x1a\x17.agentix.v1.ProgramInfo\x12G\n\x08Generate\x12\x1b.agentix.v1.GenerateRequest\x1a\x1c.agentix.v1.GenerateResponse0\x01\x12<\n\x05\x41\x62ort\x12\x18.agentix.v1.AbortRequest\x1a\x19.agentix.v1.AbortResponse\x12\x44\n\nGetProgram\x12\x1d.agentix.v1.GetProgramRequest\x1a\x17.agentix.v1.ProgramInfo\x12H\n\tModelInfo\x12\x1c.agentix.v1.ModelInfoRequest\x1a\x1d.agentix.v1.ModelInfoResponse\x12N\n\x0b\x45ngineStats\x12\x1e.agentix.v1.EngineStatsRequest\x1a\x1f.agentix.v1.EngineStatsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -41,30 +41,38 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SAMPLINGPARAMS']._serialized_end=405
   _globals['_TOKENIDS']._serialized_start=407
   _globals['_TOKENIDS']._serialized_end=430
-  _globals['_GENERATEREQUEST']._serialized_start=433
-  _globals['_GENERATEREQUEST']._serialized_end=683
-  _globals['_DELTA']._serialized_start=685
-  _globals['_DELTA']._serialized_end=725
-  _globals['_USAGE']._serialized_start=728
-  _globals['_USAGE']._serialized_end=856
-  _globals['_FINAL']._serialized_start=858
-  _globals['_FINAL']._serialized_end=936
-  _globals['_GENERATERESPONSE']._serialized_start=938
-  _globals['_GENERATERESPONSE']._serialized_end=1053
-  _globals['_ABORTREQUEST']._serialized_start=1055
-  _globals['_ABORTREQUEST']._serialized_end=1086
-  _globals['_ABORTRESPONSE']._serialized_start=1088
-  _globals['_ABORTRESPONSE']._serialized_end=1120
-  _globals['_GETPROGRAMREQUEST']._serialized_start=1122
-  _globals['_GETPROGRAMREQUEST']._serialized_end=1161
-  _globals['_CALLINFO']._serialized_start=1163
-  _globals['_CALLINFO']._serialized_end=1272
-  _globals['_PROGRAMINFO']._serialized_start=1275
-  _globals['_PROGRAMINFO']._serialized_end=1597
-  _globals['_MODELINFOREQUEST']._serialized_start=1599
-  _globals['_MODELINFOREQUEST']._serialized_end=1617
-  _globals['_MODELINFORESPONSE']._serialized_start=1620
-  _globals['_MODELINFORESPONSE']._serialized_end=1756
-  _globals['_AGENTIX']._serialized_start=1759
-  _globals['_AGENTIX']._serialized_end=2200
+  _globals['_CHATMESSAGE']._serialized_start=432
+  _globals['_CHATMESSAGE']._serialized_end=476
+  _globals['_CHATMESSAGES']._serialized_start=478
+  _globals['_CHATMESSAGES']._serialized_end=535
+  _globals['_GENERATEREQUEST']._serialized_start=538
+  _globals['_GENERATEREQUEST']._serialized_end=834
+  _globals['_DELTA']._serialized_start=836
+  _globals['_DELTA']._serialized_end=876
+  _globals['_USAGE']._serialized_start=879
+  _globals['_USAGE']._serialized_end=1007
+  _globals['_FINAL']._serialized_start=1009
+  _globals['_FINAL']._serialized_end=1087
+  _globals['_GENERATERESPONSE']._serialized_start=1089
+  _globals['_GENERATERESPONSE']._serialized_end=1204
+  _globals['_ABORTREQUEST']._serialized_start=1206
+  _globals['_ABORTREQUEST']._serialized_end=1237
+  _globals['_ABORTRESPONSE']._serialized_start=1239
+  _globals['_ABORTRESPONSE']._serialized_end=1271
+  _globals['_GETPROGRAMREQUEST']._serialized_start=1273
+  _globals['_GETPROGRAMREQUEST']._serialized_end=1312
+  _globals['_CALLINFO']._serialized_start=1314
+  _globals['_CALLINFO']._serialized_end=1423
+  _globals['_PROGRAMINFO']._serialized_start=1426
+  _globals['_PROGRAMINFO']._serialized_end=1748
+  _globals['_MODELINFOREQUEST']._serialized_start=1750
+  _globals['_MODELINFOREQUEST']._serialized_end=1768
+  _globals['_MODELINFORESPONSE']._serialized_start=1771
+  _globals['_MODELINFORESPONSE']._serialized_end=1907
+  _globals['_ENGINESTATSREQUEST']._serialized_start=1909
+  _globals['_ENGINESTATSREQUEST']._serialized_end=1951
+  _globals['_ENGINESTATSRESPONSE']._serialized_start=1954
+  _globals['_ENGINESTATSRESPONSE']._serialized_end=2592
+  _globals['_AGENTIX']._serialized_start=2595
+  _globals['_AGENTIX']._serialized_end=3116
 # @@protoc_insertion_point(module_scope)

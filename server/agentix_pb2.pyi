@@ -54,13 +54,28 @@ class TokenIds(_message.Message):
     ids: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
+class ChatMessage(_message.Message):
+    __slots__ = ("role", "content")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    role: str
+    content: str
+    def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ...) -> None: ...
+
+class ChatMessages(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[ChatMessage]
+    def __init__(self, messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ...) -> None: ...
+
 class GenerateRequest(_message.Message):
-    __slots__ = ("program_id", "thread_id", "call_id", "text", "token_ids", "sampling", "expected_tool_seconds")
+    __slots__ = ("program_id", "thread_id", "call_id", "text", "token_ids", "messages", "sampling", "expected_tool_seconds")
     PROGRAM_ID_FIELD_NUMBER: _ClassVar[int]
     THREAD_ID_FIELD_NUMBER: _ClassVar[int]
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_TOOL_SECONDS_FIELD_NUMBER: _ClassVar[int]
     program_id: str
@@ -68,9 +83,10 @@ class GenerateRequest(_message.Message):
     call_id: str
     text: str
     token_ids: TokenIds
+    messages: ChatMessages
     sampling: SamplingParams
     expected_tool_seconds: float
-    def __init__(self, program_id: _Optional[str] = ..., thread_id: _Optional[str] = ..., call_id: _Optional[str] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., expected_tool_seconds: _Optional[float] = ...) -> None: ...
+    def __init__(self, program_id: _Optional[str] = ..., thread_id: _Optional[str] = ..., call_id: _Optional[str] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., messages: _Optional[_Union[ChatMessages, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., expected_tool_seconds: _Optional[float] = ...) -> None: ...
 
 class Delta(_message.Message):
     __slots__ = ("token_ids", "text")
@@ -199,3 +215,61 @@ class ModelInfoResponse(_message.Message):
     block_size: int
     num_kv_blocks: int
     def __init__(self, model: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_model_len: _Optional[int] = ..., policy: _Optional[str] = ..., block_size: _Optional[int] = ..., num_kv_blocks: _Optional[int] = ...) -> None: ...
+
+class EngineStatsRequest(_message.Message):
+    __slots__ = ("top_programs",)
+    TOP_PROGRAMS_FIELD_NUMBER: _ClassVar[int]
+    top_programs: int
+    def __init__(self, top_programs: _Optional[int] = ...) -> None: ...
+
+class EngineStatsResponse(_message.Message):
+    __slots__ = ("calls_running", "calls_waiting", "calls_swapped", "programs_active", "kv_blocks_total", "kv_blocks_free", "kv_blocks_cached", "kv_blocks_used", "host_blocks_total", "host_blocks_used", "queue_depths", "running_tokens", "waiting_tokens", "preemptions_recompute", "preemptions_swap", "preemptions_keep", "swap_out_bytes", "swap_in_bytes", "prompt_tokens_computed", "prompt_tokens_cached", "generation_tokens", "promotions", "steps", "top_programs")
+    CALLS_RUNNING_FIELD_NUMBER: _ClassVar[int]
+    CALLS_WAITING_FIELD_NUMBER: _ClassVar[int]
+    CALLS_SWAPPED_FIELD_NUMBER: _ClassVar[int]
+    PROGRAMS_ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    KV_BLOCKS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    KV_BLOCKS_FREE_FIELD_NUMBER: _ClassVar[int]
+    KV_BLOCKS_CACHED_FIELD_NUMBER: _ClassVar[int]
+    KV_BLOCKS_USED_FIELD_NUMBER: _ClassVar[int]
+    HOST_BLOCKS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    HOST_BLOCKS_USED_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_DEPTHS_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    WAITING_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PREEMPTIONS_RECOMPUTE_FIELD_NUMBER: _ClassVar[int]
+    PREEMPTIONS_SWAP_FIELD_NUMBER: _ClassVar[int]
+    PREEMPTIONS_KEEP_FIELD_NUMBER: _ClassVar[int]
+    SWAP_OUT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SWAP_IN_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_COMPUTED_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_CACHED_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PROMOTIONS_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    TOP_PROGRAMS_FIELD_NUMBER: _ClassVar[int]
+    calls_running: int
+    calls_waiting: int
+    calls_swapped: int
+    programs_active: int
+    kv_blocks_total: int
+    kv_blocks_free: int
+    kv_blocks_cached: int
+    kv_blocks_used: int
+    host_blocks_total: int
+    host_blocks_used: int
+    queue_depths: _containers.RepeatedScalarFieldContainer[int]
+    running_tokens: int
+    waiting_tokens: int
+    preemptions_recompute: int
+    preemptions_swap: int
+    preemptions_keep: int
+    swap_out_bytes: int
+    swap_in_bytes: int
+    prompt_tokens_computed: int
+    prompt_tokens_cached: int
+    generation_tokens: int
+    promotions: int
+    steps: int
+    top_programs: _containers.RepeatedCompositeFieldContainer[ProgramInfo]
+    def __init__(self, calls_running: _Optional[int] = ..., calls_waiting: _Optional[int] = ..., calls_swapped: _Optional[int] = ..., programs_active: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., kv_blocks_free: _Optional[int] = ..., kv_blocks_cached: _Optional[int] = ..., kv_blocks_used: _Optional[int] = ..., host_blocks_total: _Optional[int] = ..., host_blocks_used: _Optional[int] = ..., queue_depths: _Optional[_Iterable[int]] = ..., running_tokens: _Optional[int] = ..., waiting_tokens: _Optional[int] = ..., preemptions_recompute: _Optional[int] = ..., preemptions_swap: _Optional[int] = ..., preemptions_keep: _Optional[int] = ..., swap_out_bytes: _Optional[int] = ..., swap_in_bytes: _Optional[int] = ..., prompt_tokens_computed: _Optional[int] = ..., prompt_tokens_cached: _Optional[int] = ..., generation_tokens: _Optional[int] = ..., promotions: _Optional[int] = ..., steps: _Optional[int] = ..., top_programs: _Optional[_Iterable[_Union[ProgramInfo, _Mapping]]] = ...) -> None: ...

@@ -64,6 +64,11 @@ class AgentixStub:
                 request_serializer=server_dot_agentix__pb2.ModelInfoRequest.SerializeToString,
                 response_deserializer=server_dot_agentix__pb2.ModelInfoResponse.FromString,
                 _registered_method=True)
+        self.EngineStats = channel.unary_unary(
+                '/agentix.v1.Agentix/EngineStats',
+                request_serializer=server_dot_agentix__pb2.EngineStatsRequest.SerializeToString,
+                response_deserializer=server_dot_agentix__pb2.EngineStatsResponse.FromString,
+                _registered_method=True)
 
 
 class AgentixServicer:
@@ -110,6 +115,13 @@ class AgentixServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EngineStats(self, request, context):
+        """Live load and counters of the engine (what /metrics shows; the router's load signal).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentixServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -142,6 +154,11 @@ def add_AgentixServicer_to_server(servicer, server):
                     servicer.ModelInfo,
                     request_deserializer=server_dot_agentix__pb2.ModelInfoRequest.FromString,
                     response_serializer=server_dot_agentix__pb2.ModelInfoResponse.SerializeToString,
+            ),
+            'EngineStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.EngineStats,
+                    request_deserializer=server_dot_agentix__pb2.EngineStatsRequest.FromString,
+                    response_serializer=server_dot_agentix__pb2.EngineStatsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -306,6 +323,33 @@ class Agentix:
             '/agentix.v1.Agentix/ModelInfo',
             server_dot_agentix__pb2.ModelInfoRequest.SerializeToString,
             server_dot_agentix__pb2.ModelInfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EngineStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentix.v1.Agentix/EngineStats',
+            server_dot_agentix__pb2.EngineStatsRequest.SerializeToString,
+            server_dot_agentix__pb2.EngineStatsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from engine import CompletionOutput, LLMEngine, SamplingParams
+from engine import ChatPrompt, CompletionOutput, EngineStats, LLMEngine, SamplingParams
 from server import agentix_pb2 as pb
 
 if TYPE_CHECKING:
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 DEFAULT_TOP_P = 1.0
 DEFAULT_MAX_TOKENS = 16
+MAX_TOP_PROGRAMS = 100
 
 
 def sampling_params(msg: pb.SamplingParams) -> SamplingParams:
@@ -34,15 +35,18 @@ def sampling_params(msg: pb.SamplingParams) -> SamplingParams:
     )
 
 
-def prompt(request: pb.GenerateRequest) -> str | list[int]:
-    """The request's prompt: its text or its token ids (the engine checks the ids)."""
+def prompt(request: pb.GenerateRequest) -> str | list[int] | ChatPrompt:
+    """The request's prompt: its text, its token ids (the engine checks the ids) or its
+    chat messages (rendered by the engine with the model's chat template)."""
     kind = request.WhichOneof("prompt")
     if kind is None:
-        raise ValueError("prompt: missing; set text or token_ids")
+        raise ValueError("prompt: missing; set text, token_ids or messages")
     if kind == "text":
         if not request.text:
             raise ValueError("prompt: text must not be empty")
         return request.text
+    if kind == "messages":
+        return ChatPrompt(tuple((m.role, m.content) for m in request.messages.messages))
     return list(request.token_ids.ids)
 
 
@@ -81,3 +85,32 @@ def model_info(engine: LLMEngine) -> pb.ModelInfoResponse:
                                 max_model_len=engine.max_model_len, policy=config.policy,
                                 block_size=config.block_size,
                                 num_kv_blocks=engine.kv.pool.num_blocks)
+
+
+def top_programs(request: pb.EngineStatsRequest) -> int:
+    """How many programs an EngineStats request lists (ValueError outside 0..100)."""
+    if not 0 <= request.top_programs <= MAX_TOP_PROGRAMS:
+        raise ValueError(f"top_programs: must be in [0, {MAX_TOP_PROGRAMS}], "
+                         f"got {request.top_programs}")
+    return request.top_programs
+
+
+def engine_stats(stats: EngineStats, top: list[ProgramRecord]) -> pb.EngineStatsResponse:
+    """The EngineStats message of a snapshot and the records of its top programs (read the
+    records on the engine thread)."""
+    load, counters = stats.load, stats.counters
+    return pb.EngineStatsResponse(
+        calls_running=load.calls_running, calls_waiting=load.calls_waiting,
+        calls_swapped=load.calls_swapped, programs_active=load.programs_active,
+        kv_blocks_total=stats.kv_blocks_total, kv_blocks_free=stats.kv_blocks_free,
+        kv_blocks_cached=stats.kv_blocks_cached, kv_blocks_used=stats.kv_blocks_used,
+        host_blocks_total=stats.host_blocks_total, host_blocks_used=stats.host_blocks_used,
+        queue_depths=list(load.queue_depths), running_tokens=load.running_tokens,
+        waiting_tokens=load.waiting_tokens,
+        preemptions_recompute=stats.preemptions["recompute"],
+        preemptions_swap=stats.preemptions["swap"], preemptions_keep=stats.preemptions["keep"],
+        swap_out_bytes=counters.swap_out_bytes, swap_in_bytes=counters.swap_in_bytes,
+        prompt_tokens_computed=counters.prompt_tokens_computed,
+        prompt_tokens_cached=counters.prompt_tokens_cached,
+        generation_tokens=counters.generation_tokens, promotions=stats.promotions,
+        steps=stats.steps, top_programs=[program_info(r) for r in top])

@@ -47,7 +47,8 @@ class EngineLoop:
     is dropped, so the engine never keeps finished calls.
     """
 
-    def __init__(self, engine: LLMEngine, max_waiting: int = 1024, idle_tick: float = 1.0) -> None:
+    def __init__(self, engine: LLMEngine, max_waiting: int = 1024, idle_tick: float = 1.0,
+                 on_completion: Callable[[CompletionOutput], None] | None = None) -> None:
         if max_waiting <= 0:
             raise ValueError(f"max_waiting must be positive, got {max_waiting}")
         if idle_tick <= 0:
@@ -55,6 +56,7 @@ class EngineLoop:
         self.engine = engine
         self.max_waiting = max_waiting
         self.idle_tick = idle_tick
+        self._on_completion = on_completion
         self._commands: collections.deque[Callable[[], None]] = collections.deque()
         self._lock = threading.Lock()  # guards _commands and _closed
         self._wake = threading.Event()
@@ -183,7 +185,7 @@ class EngineLoop:
         try:
             if self._draining:
                 raise DrainingError("the server is shutting down: no new calls")
-            if self.engine.scheduler.num_waiting >= self.max_waiting:
+            if self.engine.num_waiting >= self.max_waiting:
                 raise QueueFullError(f"the waiting queue is full ({self.max_waiting} calls)")
             call_id = add(self.engine)
         except BaseException as exc:
@@ -223,20 +225,26 @@ class EngineLoop:
             tracked = self._streams.get(out.call_id)
             if tracked is None:
                 if out.finished and out.call_id in self.engine.calls:
-                    self.engine.pop_completion(out.call_id)  # no stream: do not keep it
+                    self._pop(out.call_id)  # no stream: do not keep it
                 continue
             if not out.finished:
                 text = tracked.text.push(out.new_token_ids)
                 tracked.stream.put(StreamDelta(list(out.new_token_ids), text))
                 continue
             del self._streams[out.call_id]
-            completion = self.engine.pop_completion(out.call_id)
+            completion = self._pop(out.call_id)
             rest = tracked.text.finish(completion.text)
             if out.new_token_ids or rest:
                 tracked.stream.put(StreamDelta(list(out.new_token_ids), rest))
             tracked.stream.put(StreamFinal(completion))
         if self._streams and not self.engine.has_unfinished_calls():
             self._reap_orphans()
+
+    def _pop(self, call_id: str) -> CompletionOutput:
+        completion = self.engine.pop_completion(call_id)
+        if self._on_completion is not None:
+            self._on_completion(completion)
+        return completion
 
     def _reap_orphans(self) -> None:
         """Streams whose call the engine no longer runs, after a step that gave them no
@@ -257,11 +265,15 @@ class EngineLoop:
     def _fail(self, call_id: str) -> None:
         """End a stream with "error" (with the call's usage when the engine still has it)."""
         tracked = self._streams.pop(call_id)
-        completion = CompletionOutput(call_id, [], [], "", "error", 0, 0, 0.0, 0.0)
+        now = self.engine.clock()
+        completion = CompletionOutput(
+            call_id=call_id, prompt_token_ids=[], token_ids=[], text="", finish_reason="error",
+            num_cached_tokens=0, num_preemptions=0, queue_seconds=0.0, service_seconds=0.0,
+            arrival_time=now, first_token_time=None, finish_time=now)
         try:
             call = self.engine.calls.get(call_id)
             if call is not None and call.is_finished:
-                completion = self.engine.pop_completion(call_id)
+                completion = self._pop(call_id)
         except Exception:
             log.exception("could not pop %s", call_id)
         tracked.stream.put(StreamFinal(replace(completion, text=tracked.text.sent,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import grpc
 
-from engine.errors import DuplicateCallError, UnknownProgramError
+from engine.errors import DuplicateCallError, ProgramExistsError, UnknownProgramError
 
 
 class ServerError(Exception):
@@ -41,14 +41,14 @@ class AlreadyExistsError(ServerError):
 def status_of(exc: BaseException) -> grpc.StatusCode | None:
     """The status code for a request error, or None for an unexpected (internal) error.
 
-    Engine errors: unknown or ended program -> NOT_FOUND, reused call id -> ALREADY_EXISTS,
-    any other ValueError (the engine names the field first) -> INVALID_ARGUMENT.
+    Engine errors: unknown or ended program -> NOT_FOUND, a taken call or program id ->
+    ALREADY_EXISTS, any other ValueError (the engine names the field first) -> INVALID_ARGUMENT.
     """
     if isinstance(exc, ServerError):
         return exc.code
     if isinstance(exc, UnknownProgramError):
         return grpc.StatusCode.NOT_FOUND
-    if isinstance(exc, DuplicateCallError):
+    if isinstance(exc, (DuplicateCallError, ProgramExistsError)):
         return grpc.StatusCode.ALREADY_EXISTS
     if isinstance(exc, ValueError):
         return grpc.StatusCode.INVALID_ARGUMENT

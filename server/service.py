@@ -16,7 +16,7 @@ from typing import AsyncIterator, Callable, NoReturn, TypeVar
 import grpc
 
 from engine import LLMEngine, SamplingParams
-from engine.errors import DuplicateCallError, UnknownProgramError
+from engine.errors import DuplicateCallError, ProgramExistsError, UnknownProgramError
 from server import agentix_pb2 as pb
 from server import agentix_pb2_grpc
 from server import convert
@@ -79,10 +79,7 @@ class AgentixServicer(agentix_pb2_grpc.AgentixServicer):
         def start(engine: LLMEngine) -> str:
             if self.loop.draining:
                 raise DrainingError("the server is shutting down: no new programs")
-            try:
-                return engine.start_program(proposed, tenant)
-            except ValueError as exc:  # the only one: a proposed id that is taken
-                raise AlreadyExistsError(str(exc)) from None
+            return engine.start_program(proposed, tenant)
 
         return pb.StartProgramResponse(program_id=await self._run(context, start))
 
@@ -165,10 +162,10 @@ class AgentixServicer(agentix_pb2_grpc.AgentixServicer):
                 except DuplicateCallError:
                     if call_id is not None:
                         raise
-                except ValueError as exc:
+                except ProgramExistsError:
                     # Without a program, a call gets a one-call program whose id the engine
                     # derives from the call; a client-proposed program may hold that id.
-                    if program_id is not None or not str(exc).startswith("program_id"):
+                    if program_id is not None:
                         raise
             raise AlreadyExistsError("call_id: could not find a free id for this call")
 
@@ -196,3 +193,17 @@ class AgentixServicer(agentix_pb2_grpc.AgentixServicer):
                         context: grpc.aio.ServicerContext) -> pb.ModelInfoResponse:
         await self._caller(context)
         return await self._run(context, convert.model_info)
+
+    async def EngineStats(self, request: pb.EngineStatsRequest,
+                          context: grpc.aio.ServicerContext) -> pb.EngineStatsResponse:
+        caller = await self._caller(context)
+        try:
+            limit = convert.top_programs(request)
+        except ValueError as exc:
+            await self._fail(context, exc)
+
+        def stats(engine: LLMEngine) -> pb.EngineStatsResponse:
+            # With auth on, a tenant sees the load but only its own programs.
+            return convert.engine_stats(engine.stats(), engine.programs_by_service(limit, caller))
+
+        return await self._run(context, stats)
