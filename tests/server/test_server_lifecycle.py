@@ -10,7 +10,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_helpers import collect, gen_request, rpc_error, start
-from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2
 
 from server import agentix_pb2 as pb
 from server import agentix_pb2_grpc
@@ -29,17 +29,23 @@ def test_health_check_serving(grpc_server):
         assert err.code() == grpc.StatusCode.NOT_FOUND
 
 
-def test_reflection_lists_services(grpc_server):
+@pytest.mark.parametrize("version", ["v1alpha", "v1"])
+def test_reflection_lists_services_under_both_versions(grpc_server, version):
+    """v1 has v1alpha's messages under another package name: call its path with them."""
     with grpc.insecure_channel(grpc_server.address) as channel:
-        reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
+        info = channel.stream_stream(
+            f"/grpc.reflection.{version}.ServerReflection/ServerReflectionInfo",
+            request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+            response_deserializer=reflection_pb2.ServerReflectionResponse.FromString)
         request = reflection_pb2.ServerReflectionRequest(list_services="")
-        response = next(reflection.ServerReflectionInfo(iter([request])))
+        response = next(info(iter([request])))
         names = {s.name for s in response.list_services_response.service}
         assert {"agentix.v1.Agentix", "grpc.health.v1.Health",
-                "grpc.reflection.v1alpha.ServerReflection"} <= names
+                "grpc.reflection.v1alpha.ServerReflection",
+                "grpc.reflection.v1.ServerReflection"} <= names
         request = reflection_pb2.ServerReflectionRequest(
             file_containing_symbol="agentix.v1.Agentix")
-        response = next(reflection.ServerReflectionInfo(iter([request])))
+        response = next(info(iter([request])))
         assert response.file_descriptor_response.file_descriptor_proto
 
 
