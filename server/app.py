@@ -1,30 +1,36 @@
-"""Start and stop the gRPC server: the engine on its own thread (EngineLoop), the grpc.aio
-server on an asyncio event loop on another, health checking and server reflection.
+"""Start and stop a server: the engine on its own thread (EngineLoop); on an asyncio event
+loop on another thread, the grpc.aio server (health checking, reflection) and, when asked
+for, the OpenAI-compatible HTTP server and a metrics-only HTTP server (uvicorn).
 
-    running = start_server(EngineConfig(model=DIR, policy="atlas"), port=0)
-    ... running.address ...
+    running = start_server(EngineConfig(model=DIR, policy="atlas"), port=0, http_port=0)
+    ... running.address ... running.http_address ...
     running.stop()          # NOT_SERVING, drain (grace), abort the rest, stop
 
 Health reports SERVING for "" and "agentix.v1.Agentix" from when the model is loaded until
-shutdown starts. Health and reflection need no token; the Agentix service does when auth is on.
+shutdown starts. Health, reflection and /metrics need no token; the Agentix service and the
+OpenAI endpoints do when auth is on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 import threading
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from engine import EngineConfig, LLMEngine
 from server import agentix_pb2_grpc
 from server.auth import TokenAuth
 from server.engine_loop import EngineLoop
+from server.metrics import ServerMetrics
+from server.reflection import enable_reflection
 from server.service import SERVICE_NAME, AgentixServicer
 
 HEALTH_SERVICE_NAME = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
@@ -35,29 +41,110 @@ def format_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
 
+@dataclass(frozen=True)
+class ServeOptions:
+    """What a server listens on and how it treats requests. A port of None is not served,
+    0 picks a free one; at least one of `port` (gRPC) and `http_port` must be set.
+    `auth_tokens` (token -> tenant) turns on bearer authentication; `max_waiting` bounds the
+    engine's waiting queue; `grace` is the default drain time of `stop()`;
+    `served_model_name` is the model's name over HTTP (default: the model directory's name);
+    `metrics_port` serves /metrics alone (for a gRPC-only server); `metrics_tenant_label`
+    adds a tenant label to the program histograms."""
+
+    host: str = "127.0.0.1"
+    port: int | None = 0
+    http_port: int | None = None
+    metrics_port: int | None = None
+    auth_tokens: dict[str, str] | None = None
+    max_waiting: int = 1024
+    grace: float = 5.0
+    served_model_name: str | None = None
+    metrics_tenant_label: bool = False
+
+    def __post_init__(self) -> None:
+        if self.port is None and self.http_port is None:
+            raise ValueError("port: serve gRPC, HTTP or both (set port or http_port)")
+        for name in ("port", "http_port", "metrics_port"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value <= 65535:
+                raise ValueError(f"{name}: must be in [0, 65535], got {value}")
+        if self.max_waiting <= 0:
+            raise ValueError(f"max_waiting: must be positive, got {self.max_waiting}")
+        if self.grace < 0:
+            raise ValueError(f"grace: must be >= 0, got {self.grace}")
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on host:port (OSError naming the address when it is taken)."""
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise OSError(exc.errno, f"cannot listen on {format_address(host, port)}: "
+                                 f"{exc.strerror}") from None
+    return sock
+
+
+class _HttpServer:
+    """One uvicorn server on the event loop, on an already bound socket."""
+
+    def __init__(self, app, sock: socket.socket) -> None:
+        import uvicorn
+
+        self.sock = sock
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
+        self._server = uvicorn.Server(config)
+        self._task: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.ensure_future(self._server.serve(sockets=[self.sock]))
+        while not self._server.started:
+            if self._task.done():
+                self._task.result()  # raises why it could not start
+            await asyncio.sleep(0.01)
+
+    async def stop(self) -> None:
+        self._server.should_exit = True
+        if self._task is not None:
+            await self._task
+        self.sock.close()
+
+
 class RunningServer:
-    """A started server. `port`/`address` are where it listens; `engine_loop` runs things on
-    the engine thread (`engine_loop.call(fn)` returns `fn(engine)`); `stop()` shuts down."""
+    """A started server. `address` (gRPC), `http_address` and `metrics_address` are where it
+    listens (None when not served); `engine_loop` runs things on the engine thread
+    (`engine_loop.call(fn)` returns `fn(engine)`); `stop()` shuts down."""
 
     def __init__(self, engine_loop: EngineLoop, loop: asyncio.AbstractEventLoop,
-                 loop_thread: threading.Thread, server: grpc.aio.Server,
-                 health_servicer: health.aio.HealthServicer, host: str, port: int,
-                 grace: float) -> None:
+                 loop_thread: threading.Thread, grpc_server: grpc.aio.Server | None,
+                 health_servicer: health.aio.HealthServicer | None,
+                 http_servers: dict[str, _HttpServer], options: ServeOptions,
+                 grpc_port: int | None) -> None:
         self.engine_loop = engine_loop
-        self.port = port
-        self.address = format_address(host, port)
-        self.grace = grace
+        self.port = grpc_port
+        self.address = None if grpc_port is None else format_address(options.host, grpc_port)
+        self.http_address, self.metrics_address = (
+            format_address(options.host, http_servers[kind].port) if kind in http_servers
+            else None for kind in ("http", "metrics"))
+        self.grace = options.grace
         self._loop = loop
         self._loop_thread = loop_thread
-        self._server = server
+        self._grpc = grpc_server
         self._health = health_servicer
+        self._http = http_servers
         self._stop_lock = threading.Lock()
         self._stopped = False
 
     def stop(self, grace: float | None = None) -> None:
-        """Report NOT_SERVING, refuse new programs and calls (UNAVAILABLE), give calls in
-        flight `grace` seconds (default: the server's) to finish, abort the rest, then stop
-        the gRPC server, the engine thread and the event loop. Idempotent; blocks until done."""
+        """Report NOT_SERVING, refuse new programs and calls (UNAVAILABLE, HTTP 503), give
+        calls in flight `grace` seconds (default: the server's) to finish, abort the rest,
+        then stop the servers, the engine thread and the event loop. Idempotent; blocks
+        until done."""
         with self._stop_lock:
             if self._stopped:
                 return
@@ -66,15 +153,24 @@ class RunningServer:
         try:
             asyncio.run_coroutine_threadsafe(self._shutdown(grace), self._loop).result()
         finally:
-            self.engine_loop.stop()
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._loop_thread.join()
-            self._loop.close()
+            _close(self.engine_loop, self._loop, self._loop_thread)
 
     async def _shutdown(self, grace: float) -> None:
-        await self._health.enter_graceful_shutdown()
+        if self._health is not None:
+            await self._health.enter_graceful_shutdown()
         await self.engine_loop.drain(grace)
-        await self._server.stop(HANDLER_GRACE)
+        if self._grpc is not None:
+            await self._grpc.stop(HANDLER_GRACE)
+        for server in self._http.values():
+            await server.stop()
+
+
+def _close(engine_loop: EngineLoop, loop: asyncio.AbstractEventLoop,
+           loop_thread: threading.Thread) -> None:
+    engine_loop.stop()
+    loop.call_soon_threadsafe(loop.stop)
+    loop_thread.join()
+    loop.close()
 
 
 async def _start_grpc(engine_loop: EngineLoop, auth: TokenAuth | None, host: str, port: int
@@ -83,48 +179,87 @@ async def _start_grpc(engine_loop: EngineLoop, auth: TokenAuth | None, host: str
     agentix_pb2_grpc.add_AgentixServicer_to_server(AgentixServicer(engine_loop, auth), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
-        (SERVICE_NAME, HEALTH_SERVICE_NAME, reflection.SERVICE_NAME), server)
+    enable_reflection((SERVICE_NAME, HEALTH_SERVICE_NAME), server)
     bound = server.add_insecure_port(format_address(host, port))
     if bound == 0:
-        raise RuntimeError(f"could not listen on {format_address(host, port)}")
+        raise OSError(f"cannot listen on {format_address(host, port)}")
     await server.start()
     for service in ("", SERVICE_NAME):
         await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
     return server, health_servicer, bound
 
 
-def start_server(config: EngineConfig, host: str = "127.0.0.1", port: int = 0,
-                 auth_tokens: dict[str, str] | None = None, max_waiting: int = 1024,
-                 grace: float = 5.0) -> RunningServer:
+async def _start_all(engine_loop: EngineLoop, metrics: ServerMetrics, options: ServeOptions,
+                     sockets: dict[str, socket.socket], model_name: str):
+    auth = TokenAuth(options.auth_tokens) if options.auth_tokens is not None else None
+    http: dict[str, _HttpServer] = {}
+    grpc_server = health_servicer = grpc_port = None
+    try:
+        if "http" in sockets:
+            from server.openai_http import build_app
+
+            max_model_len = await engine_loop.run(lambda engine: engine.max_model_len)
+            http["http"] = _HttpServer(
+                build_app(engine_loop, auth, metrics, model_name, max_model_len),
+                sockets["http"])
+        if "metrics" in sockets:
+            from server.openai_http import build_metrics_app
+
+            http["metrics"] = _HttpServer(build_metrics_app(engine_loop, metrics),
+                                          sockets["metrics"])
+        for server in http.values():
+            await server.start()
+        if options.port is not None:
+            grpc_server, health_servicer, grpc_port = await _start_grpc(
+                engine_loop, auth, options.host, options.port)
+    except BaseException:
+        for server in http.values():
+            await server.stop()
+        raise
+    return grpc_server, health_servicer, http, grpc_port
+
+
+def start_server(config: EngineConfig, options: ServeOptions | None = None, **kwargs
+                 ) -> RunningServer:
     """Load the engine, start serving, and return once health says SERVING.
 
-    `port=0` picks a free port (see `.port`). `auth_tokens` (token -> tenant) turns on bearer
-    authentication. `max_waiting` bounds the engine's waiting queue (RESOURCE_EXHAUSTED
-    beyond it); `grace` is the default drain time of `stop()`.
+    `options` (or its fields as keywords: `start_server(config, port=0, http_port=0)`) say
+    where to listen. The HTTP ports are bound before the model loads, so a taken port fails
+    at once (OSError naming the address).
     """
-    auth = TokenAuth(auth_tokens) if auth_tokens is not None else None
-    engine_loop = EngineLoop(LLMEngine(config), max_waiting=max_waiting)
+    options = options or ServeOptions(**kwargs)
+    sockets: dict[str, socket.socket] = {}
+    try:
+        for kind, port in (("http", options.http_port), ("metrics", options.metrics_port)):
+            if port is not None:
+                sockets[kind] = bind_socket(options.host, port)
+        metrics = ServerMetrics(options.metrics_tenant_label)
+        engine = LLMEngine(config)
+    except BaseException:
+        for sock in sockets.values():
+            sock.close()
+        raise
+    engine.on_program_end(metrics.observe_program)
+    engine_loop = EngineLoop(engine, max_waiting=options.max_waiting,
+                             on_completion=metrics.observe_call)
     engine_loop.start()
     loop = asyncio.new_event_loop()
-    loop_thread = threading.Thread(target=loop.run_forever, name="agentix-grpc", daemon=True)
+    loop_thread = threading.Thread(target=loop.run_forever, name="agentix-io", daemon=True)
     loop_thread.start()
+    model_name = options.served_model_name or Path(config.model).name
     try:
-        server, health_servicer, bound = asyncio.run_coroutine_threadsafe(
-            _start_grpc(engine_loop, auth, host, port), loop).result()
+        grpc_server, health_servicer, http, grpc_port = asyncio.run_coroutine_threadsafe(
+            _start_all(engine_loop, metrics, options, sockets, model_name), loop).result()
     except BaseException:
-        engine_loop.stop()
-        loop.call_soon_threadsafe(loop.stop)
-        loop_thread.join()
-        loop.close()
+        for sock in sockets.values():
+            sock.close()
+        _close(engine_loop, loop, loop_thread)
         raise
-    return RunningServer(engine_loop, loop, loop_thread, server, health_servicer, host, bound,
-                         grace)
+    return RunningServer(engine_loop, loop, loop_thread, grpc_server, health_servicer, http,
+                         options, grpc_port)
 
 
-def serve_forever(config: EngineConfig, host: str = "127.0.0.1", port: int = 0,
-                  auth_tokens: dict[str, str] | None = None, max_waiting: int = 1024,
-                  grace: float = 5.0,
+def serve_forever(config: EngineConfig, options: ServeOptions,
                   on_ready: Callable[[RunningServer], None] | None = None) -> None:
     """Serve until SIGINT or SIGTERM, then stop cleanly (main thread only). `on_ready` is
     called once the server is SERVING."""
@@ -132,7 +267,7 @@ def serve_forever(config: EngineConfig, host: str = "127.0.0.1", port: int = 0,
     previous = {sig: signal.signal(sig, lambda signum, _: signalled.append(signum))
                 for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        running = start_server(config, host, port, auth_tokens, max_waiting, grace)
+        running = start_server(config, options)
         try:
             if on_ready is not None:
                 on_ready(running)

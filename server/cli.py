@@ -57,7 +57,7 @@ def serve_config(args: argparse.Namespace, model: str) -> EngineConfig:
 
 def _serve(args: argparse.Namespace) -> None:
     from engine.models.smollm2 import ensure_smollm2_dir
-    from server.app import serve_forever
+    from server.app import ServeOptions, serve_forever
     from server.auth import load_tokens
 
     try:
@@ -69,8 +69,9 @@ def _serve(args: argparse.Namespace) -> None:
     def ready(running) -> None:
         print(f"agentix serving on {running.address}", flush=True)
 
-    serve_forever(config, host=args.host, port=args.port, auth_tokens=tokens,
-                  max_waiting=args.max_waiting, grace=args.grace, on_ready=ready)
+    options = ServeOptions(host=args.host, port=args.port, auth_tokens=tokens,
+                           max_waiting=args.max_waiting, grace=args.grace)
+    serve_forever(config, options, on_ready=ready)
 
 
 def _demo(args: argparse.Namespace) -> None:

@@ -4,8 +4,9 @@
         print(prog.generate("Hello", max_tokens=8).text)
 
 `AgentixClient` is blocking; `AsyncAgentixClient` has the same shape over `grpc.aio`. Every RPC
-error surfaces as `AgentixError`. A prompt is a `str` (tokenized by the server) or a sequence of
-token ids. Sampling keywords: temperature, top_p, top_k, seed, max_tokens, stop, stop_token_ids,
+error surfaces as `AgentixError`. A prompt is a `str` (tokenized by the server as is), a
+sequence of token ids, or chat messages `[{"role": "user", "content": "Hi"}, ...]` (the server
+applies the model's chat template). Sampling keywords: temperature, top_p, top_k, seed, max_tokens, stop, stop_token_ids,
 ignore_eos; any other key raises `TypeError` before an RPC is made, and a key given as `None`
 is left at the server's default.
 """
@@ -21,8 +22,9 @@ import grpc
 from google.protobuf.message import Message
 
 from server import agentix_pb2, agentix_pb2_grpc
+from server.wire import message_to_dict
 
-Prompt = Union[str, Sequence[int]]
+Prompt = Union[str, Sequence[int], Sequence[dict]]
 SAMPLING_KEYS = frozenset({"temperature", "top_p", "top_k", "seed", "max_tokens", "stop",
                            "stop_token_ids", "ignore_eos"})
 
@@ -101,11 +103,15 @@ def _generate_request(program_id: str | None, prompt: Prompt, thread_id: str | N
         request.expected_tool_seconds = tool_seconds
     if isinstance(prompt, str):
         request.text = prompt
+    elif isinstance(prompt, Sequence) and prompt and all(isinstance(m, dict) for m in prompt):
+        request.messages.messages.extend(
+            agentix_pb2.ChatMessage(role=m.get("role", ""), content=m.get("content", ""))
+            for m in prompt)
     elif isinstance(prompt, Sequence) and not isinstance(prompt, (bytes, bytearray)):
         request.token_ids.ids.extend(prompt)
     else:
-        raise TypeError(f"prompt must be a str or a sequence of token ids, got "
-                        f"{type(prompt).__name__}")
+        raise TypeError(f"prompt must be a str, a sequence of token ids or of chat messages, "
+                        f"got {type(prompt).__name__}")
     return request
 
 
@@ -134,20 +140,6 @@ class _StreamAssembler:
         """Raise AgentixError if the stream ended without its final message."""
         if self.completion is None:
             raise AgentixError(grpc.StatusCode.UNKNOWN, "stream ended without a final message")
-
-
-def _to_dict(message: Message) -> dict[str, Any]:
-    """Every field of `message` by its proto name (defaults included), nested messages as
-    dicts and repeated fields as lists."""
-    out: dict[str, Any] = {}
-    for field in message.DESCRIPTOR.fields:
-        value = getattr(message, field.name)
-        if field.message_type is not None:
-            value = [_to_dict(v) for v in value] if field.is_repeated else _to_dict(value)
-        elif field.is_repeated:
-            value = list(value)
-        out[field.name] = value
-    return out
 
 
 def _error_from(error: grpc.RpcError) -> AgentixError:
@@ -248,12 +240,18 @@ class AgentixClient(_ClientBase):
         assembler.check_finished()
 
     def model_info(self) -> dict[str, Any]:
-        return _to_dict(self._unary(self._stub.ModelInfo, agentix_pb2.ModelInfoRequest()))
+        return message_to_dict(self._unary(self._stub.ModelInfo, agentix_pb2.ModelInfoRequest()))
+
+    def engine_stats(self, top_programs: int = 0) -> dict[str, Any]:
+        """The server's live load and counters, with its `top_programs` (0..100) programs
+        of most service (with auth on, the caller's own)."""
+        request = agentix_pb2.EngineStatsRequest(top_programs=top_programs)
+        return message_to_dict(self._unary(self._stub.EngineStats, request))
 
     def get_program(self, program_id: str) -> dict[str, Any]:
         """The program's process-table record (`active_calls` a list of dicts)."""
         request = agentix_pb2.GetProgramRequest(program_id=program_id)
-        return _to_dict(self._unary(self._stub.GetProgram, request))
+        return message_to_dict(self._unary(self._stub.GetProgram, request))
 
     def abort(self, call_id: str) -> bool:
         """Abort a call; False if it is unknown or already finished."""
@@ -262,7 +260,7 @@ class AgentixClient(_ClientBase):
 
     def _end_program(self, program_id: str, failed: bool) -> dict[str, Any]:
         request = agentix_pb2.EndProgramRequest(program_id=program_id, failed=failed)
-        return _to_dict(self._unary(self._stub.EndProgram, request))
+        return message_to_dict(self._unary(self._stub.EndProgram, request))
 
 
 def _run_to_completion(items: Iterator[Delta | Completion]) -> Completion:
@@ -391,11 +389,15 @@ class AsyncAgentixClient(_ClientBase):
         assembler.check_finished()
 
     async def model_info(self) -> dict[str, Any]:
-        return _to_dict(await self._unary(self._stub.ModelInfo, agentix_pb2.ModelInfoRequest()))
+        return message_to_dict(await self._unary(self._stub.ModelInfo, agentix_pb2.ModelInfoRequest()))
+
+    async def engine_stats(self, top_programs: int = 0) -> dict[str, Any]:
+        request = agentix_pb2.EngineStatsRequest(top_programs=top_programs)
+        return message_to_dict(await self._unary(self._stub.EngineStats, request))
 
     async def get_program(self, program_id: str) -> dict[str, Any]:
         request = agentix_pb2.GetProgramRequest(program_id=program_id)
-        return _to_dict(await self._unary(self._stub.GetProgram, request))
+        return message_to_dict(await self._unary(self._stub.GetProgram, request))
 
     async def abort(self, call_id: str) -> bool:
         request = agentix_pb2.AbortRequest(call_id=call_id)
@@ -403,7 +405,7 @@ class AsyncAgentixClient(_ClientBase):
 
     async def _end_program(self, program_id: str, failed: bool) -> dict[str, Any]:
         request = agentix_pb2.EndProgramRequest(program_id=program_id, failed=failed)
-        return _to_dict(await self._unary(self._stub.EndProgram, request))
+        return message_to_dict(await self._unary(self._stub.EndProgram, request))
 
 
 async def _arun_to_completion(items: AsyncIterator[Delta | Completion]) -> Completion:

@@ -15,27 +15,20 @@ from typing import AsyncIterator, Callable, NoReturn, TypeVar
 
 import grpc
 
-from engine import LLMEngine, SamplingParams
-from engine.errors import DuplicateCallError, ProgramExistsError, UnknownProgramError
+from engine import LLMEngine
+from engine.errors import UnknownProgramError
 from server import agentix_pb2 as pb
 from server import agentix_pb2_grpc
-from server import convert
+from server import calls, convert
 from server.auth import TokenAuth
 from server.call_stream import StreamDelta
 from server.engine_loop import EngineLoop
-from server.errors import (AlreadyExistsError, DrainingError, PermissionDeniedError, message_of,
-                           status_of)
+from server.calls import check_owner
+from server.errors import DrainingError, message_of, status_of
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Agentix"].full_name
-ID_ATTEMPTS = 8  # tries for a call whose engine-derived id a client's id has taken
-
-
-def check_owner(owner: str | None, caller: str | None, what: str) -> None:
-    """With auth on (`caller` set), only the owning tenant may touch a program or call."""
-    if caller is not None and owner != caller:
-        raise PermissionDeniedError(f"{what} belongs to another tenant")
 
 
 class AgentixServicer(agentix_pb2_grpc.AgentixServicer):
@@ -127,7 +120,12 @@ class AgentixServicer(agentix_pb2_grpc.AgentixServicer):
             params = convert.sampling_params(request.sampling)
         except ValueError as exc:
             await self._fail(context, exc)
-        add = self._adder(request, prompt, params, caller)
+        add = calls.adder(calls.CallRequest(
+            program_id=request.program_id or None, prompt=prompt, params=params,
+            caller=caller, tenant=caller, thread_id=request.thread_id or None,
+            call_id=request.call_id or None,
+            expected_tool_seconds=(request.expected_tool_seconds
+                                   if request.HasField("expected_tool_seconds") else None)))
         try:
             stream = await self.loop.submit(add)
         except Exception as exc:
@@ -140,36 +138,6 @@ class AgentixServicer(agentix_pb2_grpc.AgentixServicer):
                     yield convert.final(item.completion)
         finally:
             stream.cancel()  # the client went away before the final item: abort the call
-
-    def _adder(self, request: pb.GenerateRequest, prompt: str | list[int],
-               params: SamplingParams, caller: str | None) -> Callable[[LLMEngine], str]:
-        """The engine-thread half of Generate: ownership checks, then add_call."""
-        program_id = request.program_id or None
-        call_id = request.call_id or None
-        thread_id = request.thread_id or None
-        tool_seconds = (request.expected_tool_seconds
-                        if request.HasField("expected_tool_seconds") else None)
-
-        def add(engine: LLMEngine) -> str:
-            if program_id is not None:
-                check_owner(engine.get_program(program_id).tenant, caller,
-                            f"program_id {program_id!r}")
-            for _ in range(ID_ATTEMPTS):
-                try:
-                    return engine.add_call(program_id, prompt, params, thread_id, call_id,
-                                           tenant=caller if program_id is None else None,
-                                           expected_tool_seconds=tool_seconds)
-                except DuplicateCallError:
-                    if call_id is not None:
-                        raise
-                except ProgramExistsError:
-                    # Without a program, a call gets a one-call program whose id the engine
-                    # derives from the call; a client-proposed program may hold that id.
-                    if program_id is not None:
-                        raise
-            raise AlreadyExistsError("call_id: could not find a free id for this call")
-
-        return add
 
     async def Abort(self, request: pb.AbortRequest,
                     context: grpc.aio.ServicerContext) -> pb.AbortResponse:

@@ -25,8 +25,15 @@ def build_tiny_llama(path, tie_word_embeddings: bool, seed: int = 0):
     return model
 
 
+# Each turn is its role's marker word, then its content; the generation prompt is w9.
+WORD_CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ {'system': 'w6', 'user': 'w7', 'assistant': 'w8', 'tool': 'w5'}"
+    "[m['role']] }} {{ m['content'] }} {% endfor %}{% if add_generation_prompt %}w9{% endif %}")
+
+
 def save_word_tokenizer(path) -> None:
-    """A word-level tokenizer whose token i is the word `w{i}` (ids 0-2: pad, bos, eos)."""
+    """A word-level tokenizer whose token i is the word `w{i}` (ids 0-2: pad, bos, eos),
+    with a chat template of marker words (WORD_CHAT_TEMPLATE)."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -36,7 +43,8 @@ def save_word_tokenizer(path) -> None:
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>",
-                            eos_token="</s>").save_pretrained(path)
+                            eos_token="</s>", chat_template=WORD_CHAT_TEMPLATE
+                            ).save_pretrained(path)
 
 
 def hf_greedy(model, prompt: list[int], max_new_tokens: int) -> list[int]:

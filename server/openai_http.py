@@ -1,0 +1,342 @@
+"""The OpenAI-compatible HTTP door (FastAPI), over the same EngineLoop as gRPC.
+
+    POST /v1/chat/completions   messages through the model's chat template; SSE when stream
+    POST /v1/completions        a string or token ids
+    GET  /v1/models, /health, /metrics
+    GET  /v1/programs/{id}      the program's process-table record
+    POST /v1/programs/{id}:end  end it (its calls are aborted)
+
+Program identity: the `X-Program-Id` header (alias `X-Session-Id`) or `program_id` in the
+body; an unknown id starts the program, for the bearer token's tenant (TTL expiry ends it).
+No program named: the call gets a one-call program, or with `n > 1` a program of its own
+whose n threads ATLAS schedules together, ended when the request ends. Errors use OpenAI's
+body, `{"error": {"message", "type", "param", "code"}}`, with 400, 401, 403, 404, 409, 429
+and 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+from typing import Any, AsyncIterator
+
+import grpc
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from engine import CompletionOutput, LLMEngine
+from engine.errors import UnknownProgramError
+from server import convert
+from server.auth import TokenAuth
+from server.call_stream import CallStream, StreamDelta
+from server.calls import CallRequest, adder, check_owner
+from server.engine_loop import EngineLoop
+from server.errors import DrainingError, ServerError, message_of, status_of
+from server.metrics import CONTENT_TYPE, ServerMetrics
+from server.openai_protocol import (ChatCompletionRequest, CompletionRequest, chat_choice,
+                                    chunk_delta, envelope, for_choice, now_seconds, text_choice,
+                                    usage)
+from server.wire import message_to_dict
+
+log = logging.getLogger(__name__)
+PROGRAM_HEADERS = ("x-program-id", "x-session-id")
+HTTP_STATUS = {grpc.StatusCode.INVALID_ARGUMENT: 400, grpc.StatusCode.UNAUTHENTICATED: 401,
+               grpc.StatusCode.PERMISSION_DENIED: 403, grpc.StatusCode.NOT_FOUND: 404,
+               grpc.StatusCode.ALREADY_EXISTS: 409, grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
+               grpc.StatusCode.UNAVAILABLE: 503}
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+               403: "permission_error", 404: "not_found_error", 409: "conflict_error",
+               429: "rate_limit_error", 500: "internal_error", 503: "service_unavailable"}
+FIELD_NAME = re.compile(r"^([A-Za-z_][\w.\[\]]*)(?=:| must| is| has| exceed| leaves| \d)")
+
+
+class HttpError(Exception):
+    """A request error with its HTTP status and the parameter it names (if any)."""
+
+    def __init__(self, status: int, message: str, param: str | None = None,
+                 code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+
+
+def error_response(status: int, message: str, param: str | None = None,
+                   code: str | None = None) -> JSONResponse:
+    return JSONResponse(status_code=status, content={"error": {
+        "message": message, "type": ERROR_TYPES.get(status, "error"), "param": param,
+        "code": code}})
+
+
+def http_error_of(exc: Exception) -> HttpError:
+    """The HTTP form of an engine or server request error (500 for anything else)."""
+    if isinstance(exc, HttpError):
+        return exc
+    code = status_of(exc)
+    if code is None:
+        log.error("internal error", exc_info=exc)
+        return HttpError(500, f"internal error: {message_of(exc)}")
+    message = message_of(exc)
+    match = FIELD_NAME.match(message) if code == grpc.StatusCode.INVALID_ARGUMENT else None
+    return HttpError(HTTP_STATUS.get(code, 500), message, match.group(1) if match else None)
+
+
+class OpenAIDoor:
+    """The handlers; `auth=None` turns authentication off."""
+
+    def __init__(self, engine_loop: EngineLoop, auth: TokenAuth | None, metrics: ServerMetrics,
+                 model_name: str, max_model_len: int) -> None:
+        self.loop = engine_loop
+        self.auth = auth
+        self.metrics = metrics
+        self.model_name = model_name
+        self.max_model_len = max_model_len
+
+    # ----- plumbing ---------------------------------------------------------------------
+    def caller(self, request: Request) -> str | None:
+        """The caller's tenant with auth on; 401 without a known bearer token."""
+        if self.auth is None:
+            return None
+        tenant = self.auth.tenant_of(request.headers.items())
+        if tenant is None:
+            raise HttpError(401, "authorization: missing or unknown bearer token",
+                            code="invalid_api_key")
+        return tenant
+
+    def check_model(self, model: str | None) -> None:
+        if model is not None and model != self.model_name:
+            raise HttpError(404, f"model: {model[:64]!r} is not served here (this server "
+                                 f"serves {self.model_name!r})", "model", "model_not_found")
+
+    async def run(self, fn):
+        try:
+            return await self.loop.run(fn)
+        except Exception as exc:
+            raise http_error_of(exc) from None
+
+    # ----- info -------------------------------------------------------------------------
+    async def models(self, request: Request) -> dict[str, Any]:
+        self.caller(request)
+        return {"object": "list", "data": [{
+            "id": self.model_name, "object": "model", "created": 0, "owned_by": "agentix",
+            "max_model_len": self.max_model_len}]}
+
+    async def health(self) -> Response:
+        if self.loop.draining:
+            return error_response(503, "the server is shutting down")
+        return JSONResponse({"status": "ok"})
+
+    async def render_metrics(self) -> Response:
+        stats = await self.run(lambda engine: engine.stats())
+        return Response(self.metrics.render(stats), media_type=CONTENT_TYPE)
+
+    # ----- programs ---------------------------------------------------------------------
+    async def get_program(self, request: Request, program_id: str) -> dict[str, Any]:
+        caller = self.caller(request)
+
+        def get(engine: LLMEngine):
+            record = engine.get_program(program_id)
+            check_owner(record.tenant, caller, f"program_id {program_id[:64]!r}")
+            return convert.program_info(record)
+
+        return message_to_dict(await self.run(get))
+
+    async def end_program(self, request: Request, program_id: str) -> dict[str, Any]:
+        caller = self.caller(request)
+        what = f"program_id {program_id[:64]!r}"
+
+        def end(engine: LLMEngine):
+            try:
+                check_owner(engine.get_program(program_id).tenant, caller, what)
+            except UnknownProgramError:  # perhaps recently ended: ending again is harmless
+                record = engine.end_program(program_id)
+                check_owner(record.tenant, caller, what)
+                return convert.program_info(record)
+            return convert.program_info(engine.end_program(program_id))
+
+        return message_to_dict(await self.run(end))
+
+    # ----- calls ------------------------------------------------------------------------
+    async def chat(self, request: Request, body: ChatCompletionRequest) -> Response:
+        return await self._generate(request, body, "chat.completion", body.chat())
+
+    async def completions(self, request: Request, body: CompletionRequest) -> Response:
+        return await self._generate(request, body, "text_completion", body.prompt_value())
+
+    async def _generate(self, request: Request, body, kind: str, prompt) -> Response:
+        caller = self.caller(request)
+        self.check_model(body.model)
+        unsupported = body.unsupported()
+        if unsupported is not None:
+            raise HttpError(400, f"{unsupported}: not supported by this server", unsupported)
+        try:
+            params = body.sampling_params(body.requested_max_tokens() or self.max_model_len)
+        except ValueError as exc:
+            raise http_error_of(exc) from None
+        named = next((request.headers[h] for h in PROGRAM_HEADERS if h in request.headers),
+                     body.program_id)
+        own_program = named is None and body.n > 1
+        program_id = named
+        if own_program:
+            program_id = await self.run(lambda engine: engine.start_program(tenant=caller))
+        streams: list[CallStream] = []
+        try:
+            for index in range(body.n):
+                thread = body.thread_id if body.n == 1 else f"{body.thread_id or 'choice'}-{index}"
+                streams.append(await self._submit(CallRequest(
+                    program_id=program_id, prompt=prompt, params=for_choice(params, index),
+                    caller=caller, tenant=caller, thread_id=thread,
+                    expected_tool_seconds=body.expected_tool_seconds,
+                    start_unknown=True)))
+        except BaseException:
+            for stream in streams:
+                stream.cancel()
+            await self._end_own(own_program, program_id)
+            raise
+        response_id = f"{'chatcmpl' if kind == 'chat.completion' else 'cmpl'}-{streams[0].call_id}"
+        if body.stream:
+            chunk_kind = "chat.completion.chunk" if kind == "chat.completion" else kind
+            return StreamingResponse(
+                self._sse(streams, chunk_kind, response_id, body, own_program, program_id),
+                media_type="text/event-stream")
+        try:
+            completions = await asyncio.gather(*(_collect(s) for s in streams))
+        finally:
+            for stream in streams:
+                stream.cancel()
+            await self._end_own(own_program, program_id)
+        if any(c.finish_reason == "error" for c in completions):
+            raise HttpError(500, "internal error: the engine failed while running this call")
+        choose = chat_choice if kind == "chat.completion" else text_choice
+        return JSONResponse(envelope(
+            kind, response_id, self.model_name, now_seconds(),
+            [choose(i, c, body.return_token_ids) for i, c in enumerate(completions)],
+            usage=usage(completions), program_id=program_id or ""))
+
+    async def _submit(self, call: CallRequest) -> CallStream:
+        try:
+            return await self.loop.submit(adder(call))
+        except Exception as exc:
+            raise http_error_of(exc) from None
+
+    async def _end_own(self, own_program: bool, program_id: str | None) -> None:
+        if own_program and program_id is not None:
+            try:
+                await self.loop.run(lambda engine: engine.end_program(program_id))
+            except (UnknownProgramError, DrainingError):
+                pass
+
+    async def _sse(self, streams: list[CallStream], kind: str, response_id: str, body,
+                   own_program: bool, program_id: str | None) -> AsyncIterator[str]:
+        """The SSE body: a role chunk per choice (chat), the choices' deltas interleaved as
+        they come, a finish chunk per choice, the usage chunk if asked for, `[DONE]`.
+        A client that goes away aborts the calls (the generator is closed)."""
+        created = now_seconds()
+
+        def event(choices: list[dict[str, Any]], **extra: Any) -> str:
+            payload = envelope(kind, response_id, self.model_name, created, choices, **extra)
+            return f"data: {json.dumps(payload)}\n\n"
+
+        ids = body.return_token_ids
+        try:
+            if kind == "chat.completion.chunk":
+                for index in range(len(streams)):
+                    yield event([chunk_delta(kind, index, "", [] if ids else None, None,
+                                             role=True)])
+            completions: list[CompletionOutput | None] = [None] * len(streams)
+            async with contextlib.aclosing(_merge(streams)) as merged:
+                async for index, item in merged:
+                    if isinstance(item, StreamDelta):
+                        yield event([chunk_delta(kind, index, item.text,
+                                                 item.token_ids if ids else None, None)])
+                    else:
+                        completions[index] = item.completion
+                        yield event([chunk_delta(kind, index, "", [] if ids else None,
+                                                 item.completion.finish_reason)])
+            if body.include_usage():
+                yield event([], usage=usage(completions))
+            yield "data: [DONE]\n\n"
+        finally:
+            for stream in streams:
+                stream.cancel()
+            await self._end_own(own_program, program_id)
+
+
+async def _collect(stream: CallStream) -> CompletionOutput:
+    async for item in stream:
+        if not isinstance(item, StreamDelta):
+            return item.completion
+    raise RuntimeError("stream ended without a final item")
+
+
+async def _merge(streams: list[CallStream]) -> AsyncIterator[tuple[int, Any]]:
+    """Items of several streams as they arrive, tagged with the stream's index."""
+    if len(streams) == 1:
+        async for item in streams[0]:
+            yield 0, item
+        return
+    queue: asyncio.Queue = asyncio.Queue()
+
+    async def pump(index: int, stream: CallStream) -> None:
+        async for item in stream:
+            await queue.put((index, item))
+        await queue.put((index, None))
+
+    tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(streams)]
+    try:
+        open_streams = len(streams)
+        while open_streams:
+            index, item = await queue.get()
+            if item is None:
+                open_streams -= 1
+            else:
+                yield index, item
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+def _install_errors(app: FastAPI) -> None:
+    @app.exception_handler(HttpError)
+    async def on_http_error(_: Request, exc: HttpError) -> JSONResponse:
+        return error_response(exc.status, exc.message, exc.param, exc.code)
+
+    @app.exception_handler(RequestValidationError)
+    async def on_validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = [str(part) for part in first.get("loc", ()) if part != "body"]
+        param = ".".join(where) or None
+        return error_response(400, f"{param or 'body'}: {first.get('msg', 'invalid request')}",
+                              param)
+
+    @app.exception_handler(ServerError)
+    async def on_server_error(_: Request, exc: ServerError) -> JSONResponse:
+        error = http_error_of(exc)
+        return error_response(error.status, error.message, error.param, error.code)
+
+
+def build_app(engine_loop: EngineLoop, auth: TokenAuth | None, metrics: ServerMetrics,
+              model_name: str, max_model_len: int) -> FastAPI:
+    """The OpenAI-compatible app (see the module docstring)."""
+    door = OpenAIDoor(engine_loop, auth, metrics, model_name, max_model_len)
+    app = FastAPI(title="Agentix", docs_url=None, redoc_url=None, openapi_url=None)
+    _install_errors(app)
+    app.post("/v1/chat/completions")(door.chat)
+    app.post("/v1/completions")(door.completions)
+    app.get("/v1/models")(door.models)
+    app.get("/v1/programs/{program_id}")(door.get_program)
+    app.post("/v1/programs/{program_id}:end")(door.end_program)
+    app.get("/health")(door.health)
+    app.get("/metrics")(door.render_metrics)
+    return app
+
+
+def build_metrics_app(engine_loop: EngineLoop, metrics: ServerMetrics) -> FastAPI:
+    """/metrics and /health alone (the metrics port of a gRPC-only server)."""
+    door = OpenAIDoor(engine_loop, None, metrics, "", 0)
+    app = FastAPI(title="Agentix metrics", docs_url=None, redoc_url=None, openapi_url=None)
+    app.get("/metrics")(door.render_metrics)
+    app.get("/health")(door.health)
+    return app

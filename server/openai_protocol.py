@@ -1,0 +1,191 @@
+"""The OpenAI wire format: request bodies (pydantic), their engine values, and responses.
+
+Requests accept the OpenAI fields this engine can honour, plus the usual extras of open
+servers (`top_k`, `ignore_eos`, `return_token_ids`) and Agentix's own (`program_id`,
+`thread_id`, `expected_tool_seconds`); other unknown fields are ignored, as OpenAI clients
+send many. Fields it cannot honour (`logprobs`, `echo`, `best_of`, `suffix`, `tools` with
+`tool_choice` other than "none"/"auto") are refused with a 400 naming them, never dropped in
+silence. Sampling defaults follow OpenAI: temperature 1, top_p 1; `max_tokens` defaults to
+16 on /v1/completions and to the rest of the context on chat.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from engine import ChatPrompt, CompletionOutput, SamplingParams
+
+MAX_CHOICES = 16
+MAX_STOP_STRINGS = 16
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    top_k: int = Field(default=0, ge=0)
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] = Field(default_factory=list)
+    ignore_eos: bool = False
+    n: int = Field(default=1, ge=1, le=MAX_CHOICES)
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    return_token_ids: bool = False
+    program_id: str | None = None
+    thread_id: str | None = None
+    expected_tool_seconds: float | None = None
+    # Accepted only at their "off" values (see the module docstring).
+    logprobs: Any = None
+    best_of: int | None = None
+
+    def unsupported(self) -> str | None:
+        """The first field set to a value this engine cannot honour, or None."""
+        if self.logprobs not in (None, False, 0):
+            return "logprobs"
+        if self.best_of not in (None, 1):
+            return "best_of"
+        return None
+
+    def stops(self) -> tuple[str, ...]:
+        stops = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
+        if len(stops) > MAX_STOP_STRINGS:
+            raise ValueError(f"stop: at most {MAX_STOP_STRINGS} strings, got {len(stops)}")
+        return stops
+
+    def include_usage(self) -> bool:
+        return bool((self.stream_options or {}).get("include_usage"))
+
+    def sampling_params(self, max_tokens: int) -> SamplingParams:
+        """The engine's parameters for choice 0 (`for_choice` derives the others)."""
+        return SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
+                              seed=self.seed, max_tokens=max_tokens, stop=self.stops(),
+                              stop_token_ids=tuple(self.stop_token_ids),
+                              ignore_eos=self.ignore_eos)
+
+
+class ChatCompletionRequest(_Body):
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+
+    def unsupported(self) -> str | None:
+        if self.tools and self.tool_choice not in (None, "none", "auto"):
+            return "tool_choice"
+        return super().unsupported()
+
+    def chat(self) -> ChatPrompt:
+        """The messages as a ChatPrompt: text content only (a list of parts is joined)."""
+        pairs = []
+        for i, message in enumerate(self.messages):
+            content = message.get("content")
+            if isinstance(content, list):
+                if any(not isinstance(p, dict) or p.get("type") != "text" for p in content):
+                    raise ValueError(f"messages[{i}].content: only text parts are supported")
+                content = "".join(str(p.get("text", "")) for p in content)
+            elif content is None:
+                content = ""
+            pairs.append((message.get("role"), content))
+        return ChatPrompt(tuple(pairs))
+
+    def requested_max_tokens(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+
+class CompletionRequest(_Body):
+    prompt: str | list[int] | list[str]
+    echo: bool = False
+    suffix: str | None = None
+
+    def unsupported(self) -> str | None:
+        if self.echo:
+            return "echo"
+        if self.suffix:
+            return "suffix"
+        return super().unsupported()
+
+    def prompt_value(self) -> str | list[int]:
+        """A string or a list of token ids (a list of one string counts as that string)."""
+        prompt = self.prompt
+        if isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
+            if len(prompt) != 1:
+                raise ValueError("prompt: a batch of prompts is not supported; send one per "
+                                 "request (or use n for several samples)")
+            return prompt[0]
+        return prompt
+
+    def requested_max_tokens(self) -> int | None:
+        return self.max_tokens or COMPLETIONS_DEFAULT_MAX_TOKENS
+
+
+def for_choice(params: SamplingParams, index: int) -> SamplingParams:
+    """Choice `index`'s parameters: a seeded request gets seed + index, so the n samples
+    differ and each is reproducible."""
+    if index == 0 or params.seed is None:
+        return params
+    return replace(params, seed=params.seed + index)
+
+
+def usage(completions: list[CompletionOutput]) -> dict[str, Any]:
+    """OpenAI usage of one request's choices (they share one prompt), with the engine's
+    queue and service seconds as extras (the slowest choice's queue, all choices' service)."""
+    first = completions[0]
+    generated = sum(len(c.token_ids) for c in completions)
+    prompt = len(first.prompt_token_ids)
+    return {"prompt_tokens": prompt, "completion_tokens": generated,
+            "total_tokens": prompt + generated,
+            "prompt_tokens_details": {"cached_tokens": first.num_cached_tokens},
+            "queue_seconds": max(c.queue_seconds for c in completions),
+            "service_seconds": sum(c.service_seconds for c in completions)}
+
+
+def chat_choice(index: int, completion: CompletionOutput, token_ids: bool) -> dict[str, Any]:
+    choice = {"index": index, "message": {"role": "assistant", "content": completion.text},
+              "finish_reason": completion.finish_reason, "logprobs": None}
+    if token_ids:
+        choice["token_ids"] = list(completion.token_ids)
+    return choice
+
+
+def text_choice(index: int, completion: CompletionOutput, token_ids: bool) -> dict[str, Any]:
+    choice = {"index": index, "text": completion.text,
+              "finish_reason": completion.finish_reason, "logprobs": None}
+    if token_ids:
+        choice["token_ids"] = list(completion.token_ids)
+    return choice
+
+
+def envelope(kind: Literal["chat.completion", "chat.completion.chunk", "text_completion"],
+             response_id: str, model: str, created: int, choices: list[dict[str, Any]],
+             **extra: Any) -> dict[str, Any]:
+    return {"id": response_id, "object": kind, "created": created, "model": model,
+            "choices": choices, **extra}
+
+
+def chunk_delta(kind: str, index: int, text: str, token_ids: list[int] | None,
+                finish_reason: str | None, role: bool = False) -> dict[str, Any]:
+    """One choice of a streamed chunk: chat chunks carry a `delta`, completions `text`."""
+    if kind == "chat.completion.chunk":
+        delta: dict[str, Any] = {"role": "assistant", "content": text} if role else {
+            "content": text}
+        choice = {"index": index, "delta": delta if (text or role) else {},
+                  "finish_reason": finish_reason, "logprobs": None}
+    else:
+        choice = {"index": index, "text": text, "finish_reason": finish_reason,
+                  "logprobs": None}
+    if token_ids is not None:
+        choice["token_ids"] = token_ids
+    return choice
+
+
+def now_seconds() -> int:
+    return int(time.time())
