@@ -1,0 +1,144 @@
+"""The official `openai` SDK, unchanged, against the HTTP door on the tiny model: chat and
+completions, streamed and not, with greedy token ids equal to transformers'; program
+identity by `extra_body` and by `X-Program-Id` landing in one program; n parallel choices."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import openai
+import pytest
+import torch
+from grpc_helpers import server_config
+from tiny_llama import hf_greedy
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from server.app import start_server
+
+MESSAGES = [{"role": "system", "content": "w20 w21 w22 w23 w24 w25 w26 w27"},
+            {"role": "user", "content": "w30 w31 w32"}]  # 15 tokens with the markers
+NEW_TOKENS = 6
+
+
+@pytest.fixture(scope="module")
+def http_server(tiny_llama_dir):
+    server = start_server(server_config(tiny_llama_dir, enable_prefix_caching=True),
+                          port=None, http_port=0, served_model_name="tiny")
+    yield server
+    server.stop(grace=0)
+
+
+@pytest.fixture(scope="module")
+def client(http_server):
+    with openai.OpenAI(base_url=f"http://{http_server.http_address}/v1", api_key="unused",
+                       max_retries=0) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_llama_dir):
+    """transformers' greedy continuation of a prompt (token ids), EOS ignored."""
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, torch_dtype=torch.float32)
+    return lambda prompt: hf_greedy(model, prompt, NEW_TOKENS)
+
+
+@pytest.fixture(scope="module")
+def chat_ids(tiny_llama_dir):
+    ids = AutoTokenizer.from_pretrained(tiny_llama_dir).apply_chat_template(
+        MESSAGES, add_generation_prompt=True, tokenize=True)
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+
+GREEDY = {"temperature": 0, "max_tokens": NEW_TOKENS}
+EXTRA = {"ignore_eos": True, "return_token_ids": True}
+
+
+def get_json(server, path: str) -> dict:
+    with urllib.request.urlopen(f"http://{server.http_address}{path}") as response:
+        return json.loads(response.read())
+
+
+def test_chat_completion_matches_transformers(client, reference, chat_ids, tiny_llama_dir):
+    response = client.chat.completions.create(model="tiny", messages=MESSAGES, **GREEDY,
+                                              extra_body=EXTRA)
+    choice = response.choices[0]
+    expected = reference(chat_ids)
+    assert choice.model_extra["token_ids"] == expected
+    text = AutoTokenizer.from_pretrained(tiny_llama_dir).decode(expected,
+                                                               skip_special_tokens=True)
+    assert (choice.message.role, choice.message.content, choice.finish_reason) == (
+        "assistant", text, "length")
+    assert (response.usage.prompt_tokens, response.usage.completion_tokens) == (
+        len(chat_ids), NEW_TOKENS)
+    assert response.object == "chat.completion" and response.model == "tiny"
+
+
+def test_streamed_chat_matches_and_reports_usage(client, reference, chat_ids):
+    stream = client.chat.completions.create(model="tiny", messages=MESSAGES, stream=True,
+                                            stream_options={"include_usage": True}, **GREEDY,
+                                            extra_body=EXTRA)
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    ids = [t for c in chunks for choice in c.choices for t in choice.model_extra["token_ids"]]
+    assert ids == reference(chat_ids)
+    finals = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert finals[-1] == "length" and set(finals[:-1]) == {None}
+    assert not chunks[-1].choices and chunks[-1].usage.completion_tokens == NEW_TOKENS
+    assert chunks[-1].usage.prompt_tokens == len(chat_ids)
+    # The second identical chat hits the prefix cache: its first whole block (8 tokens).
+    assert chunks[-1].usage.prompt_tokens_details.cached_tokens == 8
+
+
+def test_completions_with_token_ids_and_text(client, reference):
+    prompt = [1, 40, 41, 42, 43]
+    response = client.completions.create(model="tiny", prompt=prompt, **GREEDY,
+                                         extra_body=EXTRA)
+    assert response.choices[0].model_extra["token_ids"] == reference(prompt)
+    streamed = client.completions.create(model="tiny", prompt="w40 w41 w42 w43", stream=True,
+                                         **GREEDY, extra_body=EXTRA)
+    pieces = list(streamed)
+    ids = [t for c in pieces for choice in c.choices for t in choice.model_extra["token_ids"]]
+    assert ids == reference([40, 41, 42, 43])
+    assert "".join(c.choices[0].text for c in pieces if c.choices) == " ".join(
+        f"w{t}" for t in ids)
+
+
+def test_extra_body_and_header_land_in_one_program(client, http_server):
+    client.chat.completions.create(model="tiny", messages=MESSAGES, **GREEDY,
+                                   extra_body={**EXTRA, "program_id": "agent-7",
+                                               "thread_id": "plan"})
+    client.chat.completions.create(model="tiny", messages=MESSAGES, **GREEDY, extra_body=EXTRA,
+                                   extra_headers={"X-Program-Id": "agent-7"})
+    client.completions.create(model="tiny", prompt=[1, 5], **GREEDY, extra_body=EXTRA,
+                              extra_headers={"X-Session-Id": "agent-7"})
+    record = get_json(http_server, "/v1/programs/agent-7")
+    assert (record["program_id"], record["state"], record["num_calls"]) == (
+        "agent-7", "active", 3)
+    assert record["generated_tokens"] == 3 * NEW_TOKENS
+    request = urllib.request.Request(f"http://{http_server.http_address}/v1/programs/agent-7:end",
+                                     method="POST")
+    with urllib.request.urlopen(request) as response:
+        ended = json.loads(response.read())
+    assert (ended["state"], ended["num_calls"]) == ("completed", 3)
+    http_server.engine_loop.call(lambda engine: engine.check_integrity())
+
+
+def test_n_choices_run_as_threads_of_one_program(client, http_server, reference, chat_ids):
+    response = client.chat.completions.create(model="tiny", messages=MESSAGES, n=3, **GREEDY,
+                                              extra_body={**EXTRA, "program_id": "fanout"})
+    assert [c.index for c in response.choices] == [0, 1, 2]
+    assert all(c.model_extra["token_ids"] == reference(chat_ids) for c in response.choices)
+    record = get_json(http_server, "/v1/programs/fanout")
+    assert record["num_calls"] == 3 and record["generated_tokens"] == 3 * NEW_TOKENS
+    assert response.usage.completion_tokens == 3 * NEW_TOKENS
+    # Without a named program the n choices get one of their own, ended with the request.
+    programs = http_server.engine_loop.call(lambda engine: engine.stats().load.programs_active)
+    client.chat.completions.create(model="tiny", messages=MESSAGES, n=2, **GREEDY)
+    assert http_server.engine_loop.call(
+        lambda engine: engine.stats().load.programs_active) == programs
+
+
+def test_models_and_health(client, http_server):
+    assert [m.id for m in client.models.list().data] == ["tiny"]
+    assert get_json(http_server, "/health") == {"status": "ok"}
