@@ -10,11 +10,11 @@
 #   python3 -m venv /work/aiperf-venv && /work/aiperf-venv/bin/pip install aiperf==0.13.0
 #
 # Command run (synthetic prompts: 200 input tokens, 32 output tokens, chat, streaming):
-#   aiperf profile --model SmolLM2-135M-Instruct --tokenizer HuggingFaceTB/SmolLM2-135M-Instruct
+#   aiperf profile --model MODEL --tokenizer HuggingFaceTB/SmolLM2-135M-Instruct
 #     --url URL --endpoint-type chat --streaming --isl 200 --isl-stddev 0 --osl 32
 #     --osl-stddev 0 --use-legacy-max-tokens --extra-inputs ignore_eos:true
 #     --concurrency C --request-count N --warmup-request-count C --random-seed 0
-#     --wait-for-model-timeout 60 --wait-for-model-mode models --wait-for-model-interval 1
+#     --wait-for-model-timeout 60 --wait-for-model-mode inference --wait-for-model-interval 1
 #     --workers-max 1 --record-processors 1 --no-server-metrics --no-gpu-telemetry
 #     --ui none --output-artifact-dir OUTDIR
 #
@@ -25,7 +25,7 @@
 #
 # Results: OUTDIR/profile_export_aiperf.json (+ .csv, per-request profile_export.jsonl);
 # bench/openai_client_summary.py prints the one-line summary from it.
-# Overrides (env): MODEL, ISL, OSL, ENDPOINT_TYPE (chat|completions), TOKENIZER_DIR,
+# Overrides (env): MODEL (default: first id from URL/v1/models), ISL, OSL, ENDPOINT_TYPE (chat|completions), TOKENIZER_DIR,
 # AIPERF_VENV, AIPERF_EXTRA_ARGS (extra aiperf flags, e.g. --use-server-token-count).
 set -euo pipefail
 
@@ -35,7 +35,6 @@ CONC=${3:-8}
 REQS=${4:-64}
 AIPERF_VERSION=0.13.0
 AIPERF_VENV=${AIPERF_VENV:-/work/aiperf-venv}
-MODEL=${MODEL:-SmolLM2-135M-Instruct}
 ISL=${ISL:-200}
 OSL=${OSL:-32}
 ENDPOINT_TYPE=${ENDPOINT_TYPE:-chat}
@@ -45,7 +44,8 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 if ! "$AIPERF_VENV/bin/aiperf" --version 2>/dev/null | grep -qx "$AIPERF_VERSION"; then
   echo "installing aiperf==$AIPERF_VERSION into $AIPERF_VENV" >&2
   python3 -m venv "$AIPERF_VENV"
-  "$AIPERF_VENV/bin/pip" install -q "aiperf==$AIPERF_VERSION"
+  "$AIPERF_VENV/bin/pip" install -q "aiperf==$AIPERF_VERSION" > "$AIPERF_VENV/install.log" 2>&1 \
+    || { tail -n 20 "$AIPERF_VENV/install.log" >&2; exit 1; }
 fi
 
 # Local tokenizer dir -> fake HF cache entry (see header).
@@ -53,18 +53,27 @@ if [ -z "${TOKENIZER_DIR:-}" ]; then
   TOKENIZER_DIR=$(cd "$REPO" && .venv/bin/python -c \
     "from engine.models.smollm2 import ensure_smollm2_dir; print(ensure_smollm2_dir())" | tail -n1)
 fi
-HF_CACHE=$(mktemp -d)
-trap 'rm -rf "$HF_CACHE"' EXIT
+TMP=$(mktemp -d)   # fake HF cache + aiperf's mmap dataset files; removed on exit
+trap 'rm -rf "$TMP"' EXIT
 TOK_REPO=HuggingFaceTB/SmolLM2-135M-Instruct
 REV=0000000000000000000000000000000000000000
-ENTRY="$HF_CACHE/models--HuggingFaceTB--SmolLM2-135M-Instruct"
+ENTRY="$TMP/hf/models--HuggingFaceTB--SmolLM2-135M-Instruct"
 mkdir -p "$ENTRY/refs" "$ENTRY/snapshots/$REV"
 printf %s "$REV" > "$ENTRY/refs/main"
 for f in "$TOKENIZER_DIR"/*.json "$TOKENIZER_DIR"/*.jinja; do
-  [ -e "$f" ] && ln -s "$f" "$ENTRY/snapshots/$REV/"
+  if [ -e "$f" ]; then ln -s "$f" "$ENTRY/snapshots/$REV/"; fi
 done
 
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_HUB_CACHE="$HF_CACHE"
+# Model name: $MODEL, else the first id the server lists at /v1/models, else SmolLM2-135M-Instruct.
+if [ -z "${MODEL:-}" ]; then
+  MODEL=$(python3 -c 'import json,sys,urllib.request as u
+try: print(json.load(u.urlopen(sys.argv[1].rstrip("/")+"/v1/models",timeout=5))["data"][0]["id"])
+except Exception: pass' "$URL")
+  MODEL=${MODEL:-SmolLM2-135M-Instruct}
+fi
+
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_HUB_CACHE="$TMP/hf" \
+  AIPERF_DATASET_MMAP_BASE_PATH="$TMP"
 mkdir -p "$OUTDIR"
 start=$(date +%s)
 # shellcheck disable=SC2086
@@ -75,7 +84,7 @@ if ! "$AIPERF_VENV/bin/aiperf" profile \
     --use-legacy-max-tokens --extra-inputs ignore_eos:true \
     --concurrency "$CONC" --request-count "$REQS" --warmup-request-count "$CONC" \
     --random-seed 0 \
-    --wait-for-model-timeout 60 --wait-for-model-mode models --wait-for-model-interval 1 \
+    --wait-for-model-timeout 60 --wait-for-model-mode inference --wait-for-model-interval 1 \
     --workers-max 1 --record-processors 1 --no-server-metrics --no-gpu-telemetry \
     --ui none --output-artifact-dir "$OUTDIR" ${AIPERF_EXTRA_ARGS:-} \
     > "$OUTDIR/aiperf_stdout.log" 2>&1; then
@@ -83,5 +92,5 @@ if ! "$AIPERF_VENV/bin/aiperf" profile \
   echo "aiperf failed; full log: $OUTDIR/aiperf_stdout.log" >&2
   exit 1
 fi
-echo "aiperf run took $(( $(date +%s) - start )) s; artifacts in $OUTDIR" >&2
+echo "aiperf ($MODEL @ $URL) took $(( $(date +%s) - start )) s; artifacts in $OUTDIR" >&2
 python3 "$REPO/bench/openai_client_summary.py" "$OUTDIR"
