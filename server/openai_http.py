@@ -9,7 +9,8 @@
 Program identity: the `X-Program-Id` header (alias `X-Session-Id`) or `program_id` in the
 body; an unknown id starts the program, for the bearer token's tenant (TTL expiry ends it).
 No program named: the call gets a one-call program, or with `n > 1` a program of its own
-whose n threads ATLAS schedules together, ended when the request ends. Errors use OpenAI's
+whose n threads ATLAS schedules together, ended when the request ends. A client that
+disconnects (streamed or not) aborts its calls, which frees their blocks. Errors use OpenAI's
 body, `{"error": {"message", "type", "param", "code"}}`, with 400, 401, 403, 404, 409, 429
 and 503.
 """
@@ -44,6 +45,8 @@ from server.wire import message_to_dict
 
 log = logging.getLogger(__name__)
 PROGRAM_HEADERS = ("x-program-id", "x-session-id")
+DISCONNECT_POLL_SECONDS = 0.25  # how often a non-streamed request checks for its client
+CLIENT_CLOSED_REQUEST = 499     # the status logged for a request whose client went away
 HTTP_STATUS = {grpc.StatusCode.INVALID_ARGUMENT: 400, grpc.StatusCode.UNAUTHENTICATED: 401,
                grpc.StatusCode.PERMISSION_DENIED: 403, grpc.StatusCode.NOT_FOUND: 404,
                grpc.StatusCode.ALREADY_EXISTS: 409, grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
@@ -202,7 +205,9 @@ class OpenAIDoor:
                 self._sse(streams, chunk_kind, response_id, body, own_program, program_id),
                 media_type="text/event-stream")
         try:
-            completions = await asyncio.gather(*(_collect(s) for s in streams))
+            completions = await _until_done_or_gone(request, streams)
+            if completions is None:  # the client went away: its calls are aborted below
+                return Response(status_code=CLIENT_CLOSED_REQUEST)
         finally:
             for stream in streams:
                 stream.cancel()
@@ -262,6 +267,19 @@ class OpenAIDoor:
             for stream in streams:
                 stream.cancel()
             await self._end_own(own_program, program_id)
+
+
+async def _until_done_or_gone(request: Request, streams: list[CallStream]
+                              ) -> list[CompletionOutput] | None:
+    """The streams' completions, or None as soon as the client has disconnected."""
+    gathered = asyncio.ensure_future(asyncio.gather(*(_collect(s) for s in streams)))
+    while True:
+        done, _ = await asyncio.wait({gathered}, timeout=DISCONNECT_POLL_SECONDS)
+        if done:
+            return gathered.result()
+        if await request.is_disconnected():
+            gathered.cancel()
+            return None
 
 
 async def _collect(stream: CallStream) -> CompletionOutput:

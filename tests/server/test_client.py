@@ -233,3 +233,20 @@ def test_expected_tool_seconds_reaches_the_engine(client, server):
         prog.generate(PROMPTS[0], expected_tool_seconds=30.0, **GREEDY)
         after = stats()
         assert (after["retentions"], after["retained_blocks"]) == (before + 1, 0)
+
+
+def test_chat_messages_and_engine_stats(client):
+    """Messages go through the server's chat template (the word tokenizer's: user turn w7,
+    generation prompt w9); engine_stats reads the server's load and counters."""
+    with client.program() as prog:
+        chat = prog.generate([{"role": "user", "content": "w30 w31"}], **GREEDY)
+        tokens = prog.generate([7, 30, 31, 9], **GREEDY)
+        stats = client.engine_stats(top_programs=5)
+    assert chat.token_ids == tokens.token_ids and chat.usage.prompt_tokens == 4
+    assert stats["kv_blocks_used"] + stats["kv_blocks_free"] + stats["kv_blocks_cached"] == \
+        stats["kv_blocks_total"] == 63
+    assert prog.program_id in [p["program_id"] for p in stats["top_programs"]]
+    with pytest.raises(AgentixError) as info:
+        client.engine_stats(top_programs=101)
+    assert info.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "top_programs" in info.value.details

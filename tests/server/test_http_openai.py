@@ -5,6 +5,8 @@ identity by `extra_body` and by `X-Program-Id` landing in one program; n paralle
 from __future__ import annotations
 
 import json
+import socket
+import time
 import urllib.request
 
 import openai
@@ -142,3 +144,29 @@ def test_n_choices_run_as_threads_of_one_program(client, http_server, reference,
 def test_models_and_health(client, http_server):
     assert [m.id for m in client.models.list().data] == ["tiny"]
     assert get_json(http_server, "/health") == {"status": "ok"}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_client_that_goes_away_aborts_its_call(http_server, stream):
+    """A raw socket sends a long call and closes once it is running (streamed: after the
+    first chunk); the call is aborted and every block comes back."""
+    host, port = http_server.http_address.rsplit(":", 1)
+    body = json.dumps({"prompt": [1, 5, 6], "max_tokens": 200, "temperature": 0,
+                       "ignore_eos": True, "stream": stream}).encode()
+    loop = http_server.engine_loop
+    idle_used = loop.call(lambda engine: engine.stats().kv_blocks_used)
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                     b"application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        if stream:
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+        deadline = time.monotonic() + 10
+        while loop.call(lambda engine: engine.stats().load.calls_running) == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    deadline = time.monotonic() + 10
+    while loop.call(lambda engine: engine.stats().load.calls_running):
+        assert time.monotonic() < deadline, "the call kept running after its client left"
+        time.sleep(0.02)
+    assert loop.call(lambda engine: engine.stats().kv_blocks_used) == idle_used
+    loop.call(lambda engine: engine.check_integrity())

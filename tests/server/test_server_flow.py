@@ -95,6 +95,22 @@ def test_text_prompt_equals_token_prompt(stub, clean, reference):
     assert ids == token_ids
 
 
+def test_chat_messages_go_through_the_chat_template(stub, clean, tiny_llama_dir):
+    """The word tokenizer's template puts a marker word before each turn (system w6, user w7)
+    and w9 as the generation prompt: a chat is exactly that token prompt."""
+    messages = [pb.ChatMessage(role="system", content="w20 w21"),
+                pb.ChatMessage(role="user", content="w30 w31")]
+    request = gen_request([1], max_tokens=MAX_TOKENS, ignore_eos=True)
+    request.messages.messages.extend(messages)
+    ids, _, final = collect(stub.Generate(request))
+    expected, _, _ = collect(stub.Generate(gen_request(
+        [6, 20, 21, 7, 30, 31, 9], max_tokens=MAX_TOKENS, ignore_eos=True)))
+    assert ids == expected and final.usage.prompt_tokens == 7
+    request.messages.messages[0].role = "wizard"
+    err = rpc_error(lambda r: list(stub.Generate(r)), request)
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "messages[0].role" in err.details()
+
+
 def test_stop_string_is_cut_and_never_streamed(stub, clean, reference):
     out = reference[2]
     stop = f"w{out[3]} w{out[4]}"  # spans two tokens: its first half must be held back
