@@ -167,7 +167,7 @@ class LLMEngine:
                 or max(token_ids) >= self.vocab_size:
             bad = [t for t in token_ids
                    if not isinstance(t, int) or not 0 <= t < self.vocab_size]
-            raise ValueError(f"prompt_token_ids: {bad[0]!r} is outside the vocabulary "
+            raise ValueError(f"prompt: token id {bad[0]!r} is outside the vocabulary "
                              f"[0, {self.vocab_size})")
         if len(token_ids) >= self.max_model_len:
             raise ValueError(f"prompt: {len(token_ids)} tokens leaves no room to generate in "

@@ -22,14 +22,14 @@ import contextlib
 import json
 import logging
 import re
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 import grpc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from engine import CompletionOutput, LLMEngine
+from engine import ChatPrompt, CompletionOutput, LLMEngine
 from engine.errors import UnknownProgramError
 from server import convert
 from server.auth import TokenAuth
@@ -163,18 +163,20 @@ class OpenAIDoor:
 
     # ----- calls ------------------------------------------------------------------------
     async def chat(self, request: Request, body: ChatCompletionRequest) -> Response:
-        return await self._generate(request, body, "chat.completion", body.chat())
+        return await self._generate(request, body, "chat.completion", body.chat)
 
     async def completions(self, request: Request, body: CompletionRequest) -> Response:
-        return await self._generate(request, body, "text_completion", body.prompt_value())
+        return await self._generate(request, body, "text_completion", body.prompt_value)
 
-    async def _generate(self, request: Request, body, kind: str, prompt) -> Response:
+    async def _generate(self, request: Request, body, kind: str,
+                        prompt_of: Callable[[], str | list[int] | ChatPrompt]) -> Response:
         caller = self.caller(request)
         self.check_model(body.model)
         unsupported = body.unsupported()
         if unsupported is not None:
             raise HttpError(400, f"{unsupported}: not supported by this server", unsupported)
         try:
+            prompt = prompt_of()
             params = body.sampling_params(body.requested_max_tokens() or self.max_model_len)
         except ValueError as exc:
             raise http_error_of(exc) from None
@@ -324,6 +326,9 @@ def _install_errors(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def on_validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
+        if first.get("type") == "json_invalid":
+            return error_response(400, "body: not valid JSON "
+                                       f"({first.get('ctx', {}).get('error', 'decode error')})")
         where = [str(part) for part in first.get("loc", ()) if part != "body"]
         param = ".".join(where) or None
         return error_response(400, f"{param or 'body'}: {first.get('msg', 'invalid request')}",

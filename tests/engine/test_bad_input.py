@@ -24,8 +24,8 @@ def still_works(llm):
     ([], "prompt"),
     ("", "prompt"),
     (list(range(3, 3 + 64)), "prompt"),
-    ([5, 384], "prompt_token_ids"),
-    ([5, -1], "prompt_token_ids"),
+    ([5, 384], "prompt: token id 384"),
+    ([5, -1], "prompt: token id -1"),
 ])
 def test_bad_prompts(llm, prompt, field):
     with pytest.raises(ValueError, match=field):
