@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from bench.baselines import BASELINES
 from bench.cost_model import GPU_PRESETS, MODEL_PRESETS
 from bench.metrics import compute_metrics, metrics_by_workload
+from server.config_flags import parse_override
 
 if TYPE_CHECKING:
     from bench.capacity import LatencyTarget
@@ -95,20 +96,6 @@ def _sim(args: argparse.Namespace) -> None:
         print(f"  {name:<20} {m['programs_completed']} programs, norm latency mean "
               f"{m['mean_norm_latency']:.4f}  P95 {m['p95_norm_latency']:.4f}")
     print(f"  simulated in         {result.wall_seconds:.1f} s")
-
-
-def _override(text: str) -> tuple[str, Any]:
-    """`FIELD=VALUE` of an engine config field; VALUE is read as a Python literal (numbers,
-    True/False/None), else kept as a string."""
-    import ast
-
-    name, sep, value = text.partition("=")
-    if not sep or not name.strip():
-        raise argparse.ArgumentTypeError(f"expected FIELD=VALUE, got {text!r}")
-    try:
-        return name.strip(), ast.literal_eval(value.strip())
-    except (ValueError, SyntaxError):
-        return name.strip(), value.strip()
 
 
 def _policy_list(text: str) -> list[str]:
@@ -370,7 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--seed", type=int, default=0)
     sim.add_argument("--preset", choices=sorted(GPU_PRESETS), default="a100-80g")
     sim.add_argument("--model", choices=sorted(MODEL_PRESETS), default="llama-3.1-8b")
-    sim.add_argument("--set", type=_override, action="append", default=[], metavar="FIELD=VALUE",
+    sim.add_argument("--set", type=parse_override, action="append", default=[],
+                     metavar="FIELD=VALUE",
                      help="override an engine config field (repeatable), e.g. "
                           "--set max_preemptions_per_round=0")
     sim.add_argument("--json", action="store_true", help="print one JSON object")

@@ -14,8 +14,10 @@ OpenAI endpoints do when auth is on.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -261,11 +263,19 @@ def start_server(config: EngineConfig, options: ServeOptions | None = None, **kw
 
 def serve_forever(config: EngineConfig, options: ServeOptions,
                   on_ready: Callable[[RunningServer], None] | None = None) -> None:
-    """Serve until SIGINT or SIGTERM, then stop cleanly (main thread only). `on_ready` is
-    called once the server is SERVING."""
-    signalled: list[int] = []  # the handler only appends: safe at any point of the loop
-    previous = {sig: signal.signal(sig, lambda signum, _: signalled.append(signum))
-                for sig in (signal.SIGINT, signal.SIGTERM)}
+    """Serve until SIGINT or SIGTERM, then drain (`options.grace`) and stop (main thread
+    only); a second signal, even during the model load, ends the process at once (status 1,
+    no thread survives `os._exit`). `on_ready` is called once the server is SERVING; the
+    drain's start and end are reported on stderr."""
+    signalled: list[int] = []
+
+    def on_signal(signum: int, _frame) -> None:  # only appends or exits: safe anywhere
+        if signalled:
+            os.write(2, b"agentix: second signal: exiting now\n")
+            os._exit(1)
+        signalled.append(signum)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         running = start_server(config, options)
         try:
@@ -273,8 +283,11 @@ def serve_forever(config: EngineConfig, options: ServeOptions,
                 on_ready(running)
             while not signalled:
                 time.sleep(0.1)
+            print(f"agentix: draining (grace {options.grace:g} s); signal again to exit now",
+                  file=sys.stderr, flush=True)
         finally:
             running.stop()
+        print("agentix: stopped", file=sys.stderr, flush=True)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -1,15 +1,25 @@
 """The `agentix` command line. `agentix demo` serves SmolLM2 and runs three agent programs
 against it; `agentix generate` answers a few chat prompts offline; `agentix serve` runs the
-gRPC server until SIGINT or SIGTERM."""
+server (gRPC, OpenAI-compatible HTTP, or both) until SIGINT or SIGTERM, its arguments checked
+before the model loads (server/cli_checks.py); `agentix top` watches one server live.
+Building the parser imports no torch. A bad argument is one line on stderr, status 2."""
 
 from __future__ import annotations
 
 import argparse
 import time
-from typing import TYPE_CHECKING
+from typing import NoReturn
 
-if TYPE_CHECKING:
-    from engine import EngineConfig
+from scheduler.config import KV_MEMORY_MODES, PREEMPTION_MODES, SchedulerConfig
+from scheduler.policies import POLICIES
+from server.cli_checks import UsageError, serve_setup
+from server.config_flags import parse_override
+
+# engine/config.py's DTYPES and engine-only defaults, repeated because `import engine` imports
+# torch; tests/server/test_cli_checks.py pins them to EngineConfig's.
+DTYPES = ("float32", "float16", "bfloat16", "float64")
+KV_CACHE_MEMORY_GB = 1.0
+SCHEDULER = SchedulerConfig()  # the scheduler fields' defaults
 
 DEFAULT_PROMPTS = (
     "What is the capital of France?",
@@ -42,36 +52,27 @@ def _generate(args: argparse.Namespace) -> None:
           f"({total / seconds:.1f} tokens/s) on {args.device}")
 
 
-def serve_config(args: argparse.Namespace, model: str) -> EngineConfig:
-    """The engine config of `agentix serve` (SystemExit naming the bad flag's field)."""
-    from engine import EngineConfig
-
-    try:
-        return EngineConfig(model=model, policy=args.policy, dtype=args.dtype,
-                            device=args.device, enable_prefix_caching=not args.no_prefix_caching,
-                            num_host_blocks=args.num_host_blocks, kv_memory=args.kv_memory,
-                            preemption_mode=args.preemption_mode)
-    except ValueError as exc:
-        raise SystemExit(f"agentix serve: {exc}") from None
-
-
 def _serve(args: argparse.Namespace) -> None:
-    from engine.models.smollm2 import ensure_smollm2_dir
-    from server.app import ServeOptions, serve_forever
-    from server.auth import load_tokens
-
-    try:
-        tokens = load_tokens(args.auth_token_file) if args.auth_token_file else None
-    except (OSError, ValueError) as exc:
-        raise SystemExit(f"agentix serve: --auth-token-file: {exc}") from None
-    config = serve_config(args, args.model or str(ensure_smollm2_dir()))
+    config, options = serve_setup(args)
+    from server.app import serve_forever
 
     def ready(running) -> None:
-        print(f"agentix serving on {running.address}", flush=True)
+        for label, address in (("agentix", running.address), ("http", running.http_address),
+                               ("metrics", running.metrics_address)):
+            if address is not None:
+                print(f"{label} serving on {address}", flush=True)
 
-    options = ServeOptions(host=args.host, port=args.port, auth_tokens=tokens,
-                           max_waiting=args.max_waiting, grace=args.grace)
     serve_forever(config, options, on_ready=ready)
+
+
+def _top(args: argparse.Namespace) -> None:
+    from server.top import TopError, run
+
+    try:
+        run(args.address, token=args.token, interval=args.interval, top=args.top,
+            once=args.once)
+    except TopError as exc:
+        raise SystemExit(f"agentix top: {exc}") from None
 
 
 def _demo(args: argparse.Namespace) -> None:
@@ -87,44 +88,128 @@ def _bench(args: argparse.Namespace) -> None:
     bench_main(args.bench_args)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="agentix", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    gen = sub.add_parser("generate", help="answer chat prompts with the offline engine")
-    gen.add_argument("--model", help="HF model directory (default: SmolLM2-135M-Instruct)")
-    gen.add_argument("--prompt", action="append", help="a user message (repeatable)")
-    gen.add_argument("--max-tokens", type=int, default=96)
-    gen.add_argument("--temperature", type=float, default=0.0)
-    gen.add_argument("--top-p", type=float, default=1.0)
-    gen.add_argument("--seed", type=int, default=None)
-    gen.add_argument("--dtype", default="float32")
-    gen.add_argument("--device", default="cpu")
-    gen.add_argument("--policy", default="fcfs")
-    gen.set_defaults(run=_generate)
-    serve = sub.add_parser("serve", help="run the gRPC server (agentix.v1.Agentix)")
-    serve.add_argument("--model", help="HF model directory (default: SmolLM2-135M-Instruct)")
-    serve.add_argument("--policy", default="atlas")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=50051, help="0: pick a free port")
-    serve.add_argument("--auth-token-file", help="'TOKEN TENANT' lines; turns on auth")
-    serve.add_argument("--max-waiting", type=int, default=1024,
-                       help="waiting calls beyond which Generate is RESOURCE_EXHAUSTED")
-    serve.add_argument("--grace", type=float, default=5.0,
-                       help="seconds calls in flight get to finish on shutdown")
-    serve.add_argument("--dtype", default="float32")
-    serve.add_argument("--device", default="cpu")
-    serve.add_argument("--no-prefix-caching", action="store_true",
-                       help="turn the prefix cache off (on by default)")
-    serve.add_argument("--num-host-blocks", type=int, default=0,
-                       help="host KV blocks: swap space and the host tier of the prefix cache")
-    serve.add_argument("--kv-memory", default="program",
-                       help="'program' (priority-ranked eviction, retention) or 'lru'")
-    serve.add_argument("--preemption-mode", default="auto",
-                       help="recompute, swap, keep or auto (cheapest per preemption)")
+class _Parser(argparse.ArgumentParser):
+    """Reports an error in one line, `PROG: error: MESSAGE`, status 2 (no usage)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends each option's default; a None default's meaning is in the help text itself."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        return action.help if action.default is None else super()._get_help_string(action)
+
+
+def _add_serve_parser(sub) -> None:
+    serve = sub.add_parser("serve", formatter_class=_HelpFormatter,
+                           help="run the server: gRPC (agentix.v1.Agentix), OpenAI HTTP or both")
+    serve.add_argument("--model", metavar="DIR",
+                       help="HF model directory (default: SmolLM2-135M-Instruct, "
+                            "converted once from the installed GGUF file)")
+    serve.add_argument("--policy", choices=list(POLICIES), default="atlas",
+                       help="scheduling policy")
+    serve.add_argument("--host", default="127.0.0.1", help="the address every port listens on")
+    grpc_port = serve.add_mutually_exclusive_group()
+    grpc_port.add_argument("--port", type=int, default=50051,
+                           help="gRPC port (0: pick a free one)")
+    grpc_port.add_argument("--no-grpc", action="store_true",
+                           help="serve no gRPC: an HTTP-only server (needs --http-port)")
+    serve.add_argument("--http-port", type=int, metavar="PORT",
+                       help="OpenAI-compatible HTTP port (0: pick a free one; default: off)")
+    serve.add_argument("--metrics-port", type=int, metavar="PORT",
+                       help="a port serving /metrics alone, e.g. next to gRPC only (0: pick a "
+                            "free one; default: off; the HTTP port serves /metrics too)")
+    serve.add_argument("--served-model-name", metavar="NAME",
+                       help="the model's name over HTTP (default: the model directory's name)")
+    serve.add_argument("--metrics-tenant-label", action="store_true",
+                       help="label the program histograms of /metrics by tenant")
+    serve.add_argument("--auth-token-file", metavar="FILE",
+                       help="'TOKEN TENANT' lines: turns on bearer auth (default: off)")
+    serve.add_argument("--max-waiting", type=int, default=1024, metavar="N",
+                       help="waiting calls beyond which a new call is refused "
+                            "(RESOURCE_EXHAUSTED, HTTP 429)")
+    serve.add_argument("--grace", type=float, default=5.0, metavar="S",
+                       help="seconds calls in flight get to finish on shutdown (a second "
+                            "signal exits at once)")
+    engine = serve.add_argument_group(
+        "engine", "EngineConfig fields (engine/config.py); --set sets any other one")
+    engine.add_argument("--dtype", choices=DTYPES, default="float32", help="weights and KV")
+    engine.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    engine.add_argument("--no-prefix-caching", action="store_true",
+                        help="turn the prefix cache off")
+    engine.add_argument("--kv-memory", choices=KV_MEMORY_MODES, default=SCHEDULER.kv_memory,
+                        help="what the prefix cache keeps: 'program' (priority-ranked, "
+                             "retention across tool calls) or 'lru'")
+    engine.add_argument("--preemption-mode", choices=PREEMPTION_MODES, default="auto",
+                        help="what a preempted call's KV becomes (auto: the cheapest each time)")
+    engine.add_argument("--num-kv-blocks", type=int, metavar="N",
+                        help="device KV blocks (default: sized from --kv-cache-memory-gb)")
+    engine.add_argument("--kv-cache-memory-gb", type=float, default=KV_CACHE_MEMORY_GB,
+                        metavar="GB", help="device memory for the KV cache")
+    engine.add_argument("--num-host-blocks", type=int, default=0, metavar="N",
+                        help="host KV blocks: swap space and the prefix cache's host tier")
+    engine.add_argument("--max-num-seqs", type=int, default=SCHEDULER.max_num_seqs,
+                        metavar="N", help="running calls at most")
+    engine.add_argument("--multistep", type=int, default=SCHEDULER.multistep, metavar="N",
+                        help="decode steps per scheduling round")
+    engine.add_argument("--program-ttl", type=float, default=SCHEDULER.program_ttl,
+                        metavar="S", help="seconds an idle program lives before it expires")
+    engine.add_argument("--set", type=parse_override, action="append", default=[],
+                        metavar="FIELD=VALUE",
+                        help="any other EngineConfig field, VALUE a Python literal "
+                             "(repeatable), e.g. --set block_size=32 --set starvation_beta=None")
     serve.set_defaults(run=_serve)
-    demo = sub.add_parser("demo", help="serve SmolLM2 (ATLAS) and run three agent programs")
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _top_count(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"must be in [0, 100], got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="agentix", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    gen = sub.add_parser("generate", formatter_class=_HelpFormatter,
+                         help="answer chat prompts with the offline engine")
+    gen.add_argument("--model", help="HF model directory (default: SmolLM2-135M-Instruct)")
+    gen.add_argument("--prompt", action="append",
+                     help="a user message (repeatable; default: four sample questions)")
+    gen.add_argument("--max-tokens", type=int, default=96, help="tokens per answer at most")
+    gen.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    gen.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling")
+    gen.add_argument("--seed", type=int, help="sampling seed (default: none)")
+    gen.add_argument("--dtype", choices=DTYPES, default="float32", help="weights and KV")
+    gen.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    gen.add_argument("--policy", choices=list(POLICIES), default="fcfs",
+                     help="scheduling policy")
+    gen.set_defaults(run=_generate)
+    _add_serve_parser(sub)
+    top = sub.add_parser("top", formatter_class=_HelpFormatter,
+                         help="a live view of one server: load, KV, queues, counters, programs")
+    top.add_argument("address", help="the server's gRPC address, HOST:PORT")
+    top.add_argument("--token", help="bearer token, with auth on: your own programs only "
+                                     "(default: none)")
+    top.add_argument("--interval", type=_positive_float, default=1.0, metavar="S",
+                     help="seconds between refreshes")
+    top.add_argument("--top", type=_top_count, default=10, metavar="N",
+                     help="programs listed, most service first (0..100)")
+    top.add_argument("--once", action="store_true", help="print one frame and exit")
+    top.set_defaults(run=_top)
+    demo = sub.add_parser("demo", formatter_class=_HelpFormatter,
+                          help="serve SmolLM2 (ATLAS) and run three agent programs")
     demo.add_argument("--model", help="HF model directory (default: SmolLM2-135M-Instruct)")
-    demo.add_argument("--dtype", default="float32")
+    demo.add_argument("--dtype", choices=DTYPES, default="float32", help="weights and KV")
     demo.set_defaults(run=_demo)
     bench = sub.add_parser("bench", add_help=False,
                            help="benchmarks: 'agentix bench sim --help' (see bench/cli.py)")
@@ -140,7 +225,10 @@ def main(argv: list[str] | None = None) -> None:
         args.bench_args = extra + args.bench_args
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    args.run(args)
+    try:
+        args.run(args)
+    except UsageError as exc:
+        parser.exit(2, f"agentix {args.command}: error: {exc}\n")
 
 
 if __name__ == "__main__":

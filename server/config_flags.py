@@ -1,0 +1,56 @@
+"""`--set FIELD=VALUE` flags for the fields of a config dataclass (`EngineConfig`), shared by
+`agentix serve` and `agentix bench`. Torch-free: the dataclass is passed in, not imported."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import types
+import typing
+from typing import Any
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """argparse type of `--set`: `FIELD=VALUE` as (field, value); VALUE is read as a Python
+    literal (numbers, True/False/None), else kept as a string."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"expected FIELD=VALUE, got {text!r}")
+    try:
+        return name.strip(), ast.literal_eval(value.strip())
+    except (ValueError, SyntaxError):
+        return name.strip(), value.strip()
+
+
+def typed_overrides(cls: type, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """`pairs` as keyword arguments of the dataclass `cls`, each value checked against its
+    field's annotation (an int is a valid float; a bool is no int); ValueError naming the
+    field and what it expects otherwise. A later pair for the same field wins."""
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    out: dict[str, Any] = {}
+    for name, value in pairs:
+        if name not in names:
+            raise ValueError(f"{name}: not a field of {cls.__name__} "
+                             f"(fields: {', '.join(names)})")
+        kinds = _plain_types(hints[name])
+        if not any(_fits(value, kind) for kind in kinds):
+            expected = " or ".join(kind.__name__ for kind in kinds)
+            raise ValueError(f"{name}={value!r}: expected {expected}")
+        out[name] = float(value) if float in kinds and type(value) is int else value
+    return out
+
+
+def _plain_types(hint: Any) -> tuple[type, ...]:
+    """The plain classes of a (union) annotation: `int | None` -> (int, NoneType); generic
+    arms such as `type[Policy]` cannot come from a command line and are left out."""
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    arms = typing.get_args(hint) if union else (hint,)
+    return tuple(arm for arm in arms if typing.get_origin(arm) is None and isinstance(arm, type))
+
+
+def _fits(value: Any, kind: type) -> bool:
+    if kind is float:
+        return type(value) in (int, float)
+    return type(value) is kind

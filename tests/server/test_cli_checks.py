@@ -1,0 +1,296 @@
+"""`agentix serve` fails fast: every bad argument is one line on stderr, status 2, before the
+model loads; `--help` lists defaults and choices; `--set` reaches EngineConfig; a second
+signal ends a draining server at once; `agentix top` shows a server's EngineStats.
+
+"Before the model loads" is shown twice. The model directories are poisoned (a valid
+config.json, garbage weights): had the CLI loaded the model, it would have failed otherwise.
+And each failure is timed against `floor`, what `import server.app` (torch, grpc) alone
+costs. Measured on a 2-core CPU box: floor 1.3 s; a check that fails after that import 1.35 s;
+the tiny model served and ready 2.8 s (SmolLM2-135M 5.1 s). So a failure must come within
+LOAD_FACTOR x floor, and the checks made before torch is imported (the model path) within
+half the floor (they take 0.05 s)."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import grpc
+import pytest
+from grpc_helpers import gen_request, start
+
+from engine import EngineConfig, LLMEngine
+from engine.config import DTYPES
+from scheduler.policies import POLICIES
+from server import agentix_pb2_grpc
+from server import cli
+from server.cli_checks import engine_config, serve_setup
+from server.client import AgentixClient
+from server.top import COUNTERS, render
+
+LOAD_FACTOR = 1.6
+
+
+@pytest.fixture(scope="module")
+def floor() -> float:
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import server.app"], check=True)
+    return time.perf_counter() - started
+
+
+@pytest.fixture(scope="module")
+def poisoned_dir(tiny_llama_dir, tmp_path_factory) -> str:
+    """The tiny model's config and tokenizer with weights that cannot be loaded."""
+    path = tmp_path_factory.mktemp("poisoned")
+    shutil.copytree(tiny_llama_dir, path, dirs_exist_ok=True)
+    (path / "model.safetensors").write_bytes(b"\xff" * 4096)
+    with pytest.raises(Exception):  # the poison works: loading fails
+        LLMEngine(EngineConfig(model=str(path), num_kv_blocks=8))
+    return str(path)
+
+
+def fail(*args: str) -> tuple[str, float]:
+    """`agentix serve ARGS`'s stderr and seconds, asserting status 2, one line, no traceback."""
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "server.cli", "serve", *args],
+                          capture_output=True, text=True, timeout=60)
+    seconds = time.perf_counter() - started
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("agentix serve: error: ") and done.stdout == ""
+    return done.stderr, seconds
+
+
+def test_a_missing_model_path_fails_before_torch_is_imported(floor, tmp_path):
+    message, seconds = fail("--model", str(tmp_path / "nope"))
+    assert f"model: {tmp_path / 'nope'} does not exist" in message
+    assert seconds < floor / 2
+
+
+def test_a_model_path_that_is_a_file_fails_before_torch_is_imported(floor, poisoned_dir):
+    message, seconds = fail("--model", f"{poisoned_dir}/config.json")
+    assert "config.json is a file, not a model directory" in message
+    assert seconds < floor / 2
+
+
+def test_a_directory_without_config_json_fails_fast(floor, tmp_path):
+    message, seconds = fail("--model", str(tmp_path), "--port", "0")
+    assert f"model: {tmp_path} has no config.json" in message
+    assert seconds < LOAD_FACTOR * floor
+
+
+def test_a_taken_port_fails_before_the_model_loads(floor, poisoned_dir):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        for flags, flag in ((["--port", port], "--port"),
+                            (["--port", "0", "--http-port", port], "--http-port"),
+                            (["--port", "0", "--metrics-port", port], "--metrics-port")):
+            message, seconds = fail("--model", poisoned_dir, *flags)
+            assert f"{flag}: cannot listen on 127.0.0.1:{port}: Address already in use" \
+                in message
+            assert seconds < LOAD_FACTOR * floor
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--policy", "nope"], "argument --policy: invalid choice: 'nope'"),
+    (["--max-waiting", "0"], "max_waiting: must be positive, got 0"),
+    (["--max-waiting", "-3"], "max_waiting: must be positive, got -3"),
+    (["--set", "no_such_field=1"], "--set no_such_field: not a field of EngineConfig"),
+    (["--set", "block_size=big"], "--set block_size='big': expected int"),
+    (["--set", "block_size"], "argument --set: expected FIELD=VALUE, got 'block_size'"),
+    (["--set", "max_num_seqs=4"], "--set max_num_seqs: it has a flag of its own"),
+    (["--num-kv-blocks", "1"], "engine config: num_kv_blocks must be at least 2, got 1"),
+    (["--preemption-mode", "swap"], "engine config: preemption_mode='swap' needs "
+                                    "num_host_blocks > 0"),
+    (["--device", "tpu"], "--device: expected cpu, cuda or cuda:N, got 'tpu'"),
+])
+def test_bad_arguments_fail_before_the_model_loads(floor, poisoned_dir, flags, expected):
+    message, seconds = fail("--model", poisoned_dir, "--port", "0", *flags)
+    assert expected in message
+    assert seconds < LOAD_FACTOR * floor
+
+
+def test_no_grpc_without_http_fails_fast(poisoned_dir):
+    message, _ = fail("--model", poisoned_dir, "--no-grpc")
+    assert "--no-grpc: an HTTP-only server needs --http-port" in message
+
+
+def test_help_lists_every_default_and_the_choices(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["serve", "--help"])
+    assert info.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--policy {" + ",".join(POLICIES) + "}" in text
+    for shown in ("{float32,float16,bfloat16,float64}", "{lru,program}",
+                  "{recompute,swap,keep,auto}", "scheduling policy (default: atlas)",
+                  "(default: 50051)", "(default: 1024)", "(default: 5.0)", "(default: cpu)",
+                  "(default: 64)", "(default: 600.0)", "default: off", "--no-grpc",
+                  "--http-port", "--metrics-port", "--served-model-name", "--set FIELD=VALUE"):
+        assert shown in text
+    parser = cli.build_parser()
+    serve = parser._subparsers._group_actions[0].choices["serve"]
+    for action in serve._actions:
+        if action.help != "show this help message and exit":
+            assert action.default is not None or "default" in action.help, action.dest
+
+
+def test_the_parsers_copies_of_engine_defaults_match_engine_config():
+    assert cli.DTYPES == DTYPES
+    defaults = EngineConfig()
+    args = cli.build_parser().parse_args(["serve"])
+    for field in ("dtype", "device", "kv_cache_memory_gb", "num_kv_blocks", "num_host_blocks",
+                  "max_num_seqs", "multistep", "program_ttl", "kv_memory"):
+        assert getattr(args, field) == getattr(defaults, field), field
+
+
+def test_set_and_the_engine_flags_reach_engine_config(tiny_llama_dir):
+    args = cli.build_parser().parse_args([
+        "serve", "--model", tiny_llama_dir, "--port", "0", "--http-port", "0",
+        "--served-model-name", "tiny", "--metrics-tenant-label", "--max-num-seqs", "3",
+        "--multistep", "2", "--program-ttl", "5", "--kv-cache-memory-gb", "0.5",
+        "--num-kv-blocks", "40", "--num-host-blocks", "8", "--preemption-mode", "swap",
+        "--set", "block_size=8", "--set", "starvation_beta=None", "--set", "quantum_base=2",
+        "--set", "service_mode=tokens", "--set", "enable_chunked_prefill=False"])
+    config, options = serve_setup(args)
+    expected = dict(model=tiny_llama_dir, max_num_seqs=3, multistep=2, program_ttl=5.0,
+                    kv_cache_memory_gb=0.5, num_kv_blocks=40, num_host_blocks=8,
+                    preemption_mode="swap", block_size=8, starvation_beta=None,
+                    quantum_base=2.0, service_mode="tokens", enable_chunked_prefill=False,
+                    policy="atlas", enable_prefix_caching=True)
+    assert {k: getattr(config, k) for k in expected} == expected
+    assert type(config.quantum_base) is float
+    assert (options.port, options.http_port, options.served_model_name,
+            options.metrics_tenant_label) == (0, 0, "tiny", True)
+
+
+def test_no_grpc_serves_http_only(tiny_llama_dir):
+    args = cli.build_parser().parse_args(["serve", "--model", tiny_llama_dir, "--no-grpc",
+                                          "--http-port", "0"])
+    _, options = serve_setup(args)
+    assert (options.port, options.http_port) == (None, 0)
+    assert engine_config(args, tiny_llama_dir).model == tiny_llama_dir
+
+
+def test_a_second_signal_ends_a_draining_server_at_once(tiny_llama_dir):
+    process = subprocess.Popen(
+        [sys.executable, "-m", "server.cli", "serve", "--model", tiny_llama_dir, "--port", "0",
+         "--grace", "120", "--max-num-seqs", "1", "--set", "block_size=8",
+         "--num-kv-blocks", "64"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = process.stdout.readline()
+        assert line.startswith("agentix serving on "), process.stderr.read()
+        address = line.split()[-1]
+        ended: list[str] = []
+        first_delta = threading.Event()
+
+        def stream() -> None:
+            with grpc.insecure_channel(address) as channel:
+                responses = agentix_pb2_grpc.AgentixStub(channel).Generate(
+                    gen_request([1, 2, 3], max_tokens=240, ignore_eos=True))
+                try:
+                    for response in responses:
+                        first_delta.set()
+                        if response.HasField("final"):
+                            ended.append("final")
+                except grpc.RpcError:
+                    ended.append("error")
+
+        threads = [threading.Thread(target=stream) for _ in range(16)]  # queued one by one
+        for thread in threads:
+            thread.start()
+        assert first_delta.wait(30)
+        process.send_signal(signal.SIGTERM)
+        assert "agentix: draining (grace 120 s); signal again to exit now\n" \
+            in iter(process.stderr.readline, "")
+        time.sleep(0.5)
+        assert process.poll() is None, "still draining"
+        process.send_signal(signal.SIGTERM)
+        started = time.perf_counter()
+        assert process.wait(timeout=10) == 1
+        assert time.perf_counter() - started < 3
+        rest = process.stderr.read()
+        assert "agentix: second signal: exiting now" in rest and "stopped" not in rest
+        for thread in threads:
+            thread.join(30)
+        assert "error" in ended, "calls were still in flight when the process ended"
+        host, port = address.rsplit(":", 1)
+        with socket.socket() as sock:  # nothing of the server is left listening
+            sock.bind((host, int(port)))
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_top_once_prints_the_servers_stats(tiny_llama_dir, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    server = start(tiny_llama_dir)
+    try:
+        with AgentixClient(server.address) as client:
+            prog = client.start_program(tenant="team-top")
+            prog.generate([1, 2, 3], max_tokens=5, ignore_eos=True)
+            cli.main(["top", server.address, "--once", "--top", "5"])
+            stats = client.engine_stats(top_programs=5)
+            prog.end()
+    finally:
+        server.stop(grace=0)
+    lines = capsys.readouterr().out.splitlines()
+
+    def row(label: str) -> list[str]:
+        found = [line.split() for line in lines if line.strip().startswith(label)]
+        assert len(found) == 1, (label, lines)
+        return found[0]
+
+    assert stats["generation_tokens"] >= 5 and stats["programs_active"] >= 1
+    for label, key in COUNTERS:
+        assert row(label)[-2:] == [str(stats[key]), "-"], label
+    assert row("calls") == ["calls", str(stats["calls_running"]), "running",
+                            str(stats["calls_waiting"]), "waiting",
+                            str(stats["calls_swapped"]), "swapped"]
+    assert row("programs active")[-1] == str(stats["programs_active"])
+    assert row("KV blocks") == ["KV", "blocks", str(stats["kv_blocks_free"]), "free",
+                                str(stats["kv_blocks_cached"]), "cached",
+                                str(stats["kv_blocks_used"]), "used", "of",
+                                str(stats["kv_blocks_total"])]
+    assert row("queue depths")[2:] == [f"L{i}:{d}" for i, d in enumerate(stats["queue_depths"])]
+    program = next(p for p in stats["top_programs"] if p["program_id"] == prog.program_id)
+    assert row(prog.program_id) == [
+        prog.program_id, "team-top", program["state"], "-", f"0/{program['num_calls']}",
+        f"{program['wait']:.2f}", f"{program['service']:.2f}", f"{program['swap_time']:.2f}",
+        f"{program['external_time']:.2f}", str(program["generated_tokens"])]
+
+
+def test_top_shows_rates_and_the_queue_levels_of_active_calls():
+    from rich.console import Console
+
+    stats = {key: 0 for _, key in COUNTERS} | dict(
+        calls_running=1, calls_waiting=1, calls_swapped=0, programs_active=1, kv_blocks_free=1,
+        kv_blocks_cached=0, kv_blocks_used=2, kv_blocks_total=3, host_blocks_used=0,
+        host_blocks_total=0, queue_depths=[1, 0, 1], running_tokens=4, waiting_tokens=5,
+        top_programs=[dict(program_id="p1", tenant="t", state="active", num_calls=3,
+                           active_calls=[{"queue": 2}, {"queue": 0}], wait=1.0, service=2.0,
+                           swap_time=0.0, external_time=0.5, generated_tokens=7)])
+    later = stats | {"generation_tokens": 50, "steps": 10}
+    console = Console(width=200, record=True)
+    console.print(render("host:1", later, stats, 2.0))
+    text = console.export_text()
+    assert "generation tokens" in text and "25.0" in text and "5.0" in text
+    assert [line.split()[3:5] for line in text.splitlines() if "p1" in line] == [["0,2", "2/3"]]
+
+
+def test_top_of_an_unreachable_server_is_one_line_status_1():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again: nothing listens there
+    done = subprocess.run([sys.executable, "-m", "server.cli", "top", f"127.0.0.1:{port}",
+                           "--once"], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"agentix top: 127.0.0.1:{port}: UNAVAILABLE")
+    assert done.stderr.count("\n") == 1
