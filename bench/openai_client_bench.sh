@@ -5,9 +5,9 @@
 #   e.g. bash bench/openai_client_bench.sh http://127.0.0.1:8000 /tmp/bench_c8 8 64
 #
 # Client: aiperf 0.13.0 (PyPI), in its own venv at $AIPERF_VENV (default
-# /work/aiperf-venv), kept out of the project's .venv. One-time install, done
+# .venv-aiperf in the repository root), kept out of the project's .venv. One-time install, done
 # here automatically when missing (CPU only, no torch, ~1.2 GB):
-#   python3 -m venv /work/aiperf-venv && /work/aiperf-venv/bin/pip install aiperf==0.13.0
+#   python3 -m venv .venv-aiperf && .venv-aiperf/bin/pip install aiperf==0.13.0
 #
 # Command run (synthetic prompts: 200 input tokens, 32 output tokens, chat, streaming):
 #   aiperf profile --model MODEL --tokenizer HuggingFaceTB/SmolLM2-135M-Instruct
@@ -34,7 +34,7 @@ OUTDIR=${2:?usage: $0 URL OUTDIR [CONCURRENCY] [REQUESTS]}
 CONC=${3:-8}
 REQS=${4:-64}
 AIPERF_VERSION=0.13.0
-AIPERF_VENV=${AIPERF_VENV:-/work/aiperf-venv}
+AIPERF_VENV=${AIPERF_VENV:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.venv-aiperf}
 ISL=${ISL:-200}
 OSL=${OSL:-32}
 ENDPOINT_TYPE=${ENDPOINT_TYPE:-chat}
