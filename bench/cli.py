@@ -18,20 +18,13 @@ from typing import TYPE_CHECKING, Any
 from bench.baselines import BASELINES
 from bench.cost_model import GPU_PRESETS, MODEL_PRESETS
 from bench.metrics import compute_metrics, metrics_by_workload
-from server.config_flags import parse_override
+from server.config_flags import parse_override, positive_float
 
 if TYPE_CHECKING:
     from bench.capacity import LatencyTarget
 
 WORKLOADS = ("sharegpt", "bfcl", "lats", "mixed")
 FIXED_TARGET = 0.3  # s/token: `capacity`'s second latency target
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
 
 
 def _nonnegative_float(text: str) -> float:
@@ -109,7 +102,7 @@ def _policy_list(text: str) -> list[str]:
 
 def _rate_list(text: str) -> list[float]:
     try:
-        rates = sorted({_positive_float(r) for r in text.split(",") if r.strip()})
+        rates = sorted({positive_float(r) for r in text.split(",") if r.strip()})
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"rates: {exc}") from None
     if not rates:
@@ -171,7 +164,7 @@ def add_real_run_arguments(parser: argparse.ArgumentParser, programs: int, rate:
                         help="HF model directory (default: SmolLM2-135M-Instruct)")
     parser.add_argument("--programs", type=_positive_int, default=programs)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--rate", type=_positive_float, default=rate,
+    parser.add_argument("--rate", type=positive_float, default=rate,
                         help="program arrivals per second (Poisson)")
     parser.add_argument("--scale", type=_scale, default=16.0,
                         help="divide prompt and output lengths by this (>= 1)")
@@ -309,7 +302,7 @@ def _add_policy_run_arguments(parser: argparse.ArgumentParser, programs: int,
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--preset", choices=sorted(GPU_PRESETS), default="a100-80g")
     parser.add_argument("--model", choices=sorted(MODEL_PRESETS), default="llama-3.1-8b")
-    parser.add_argument("--target", type=_positive_float, default=None,
+    parser.add_argument("--target", type=positive_float, default=None,
                         help="latency target in s/token (default: derived from unloaded vllm)")
     parser.add_argument("--out", default="bench/results", help=f"folder for {out_files}")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -351,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim = sub.add_parser("sim", help="simulate a workload under a policy (virtual time)")
     sim.add_argument("--workload", choices=WORKLOADS, required=True)
     sim.add_argument("--policy", choices=sorted(BASELINES), default="atlas")
-    sim.add_argument("--rate", type=_positive_float, default=1.0,
+    sim.add_argument("--rate", type=positive_float, default=1.0,
                      help="program arrivals per second (Poisson; 'inf': all at once)")
     sim.add_argument("--programs", type=_positive_int, default=100)
     sim.add_argument("--seed", type=int, default=0)
@@ -373,7 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
     cap = sub.add_parser("capacity", help="each policy's capacity at two latency targets by "
                          "bracketing and bisection")
     _add_policy_run_arguments(cap, programs=300, out_files="capacity_<workload>.*")
-    cap.add_argument("--start-rate", type=_positive_float, default=1.0,
+    cap.add_argument("--start-rate", type=positive_float, default=1.0,
                      help="first rate tried for every policy (programs/s)")
     cap.add_argument("--iterations", type=int, default=3,
                      help="bisection steps per policy and target")
@@ -385,7 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
     se = sub.add_parser("sensitivity", help="one scheduler knob at a time (K, quantum, beta, "
                         "multistep, program service half-life) on one trace")
     se.add_argument("--workload", choices=WORKLOADS, required=True)
-    se.add_argument("--rate", type=_positive_float, required=True)
+    se.add_argument("--rate", type=positive_float, required=True)
     se.add_argument("--programs", type=_positive_int, default=300)
     se.add_argument("--seed", type=int, default=0)
     se.add_argument("--policy", choices=sorted(BASELINES), default="atlas")

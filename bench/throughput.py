@@ -43,7 +43,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             "bench.hf_baseline:run_hf_generate",
             dict(model_dir=model_dir, requests=requests, batch_size=batch, dtype=args.dtype))))
     best_hf = max(r["tokens_per_s"] for name, r in rows[1:])
-    print(f"\n| engine | tokens | seconds | tokens/s | peak RSS MiB | vs best transformers |")
+    print("\n| engine | tokens | seconds | tokens/s | peak RSS MiB | vs best transformers |")
     print("| --- | --- | --- | --- | --- | --- |")
     for name, r in rows:
         print(f"| {name} | {r['tokens']} | {r['seconds']:.1f} | {r['tokens_per_s']:.1f} | "

@@ -13,7 +13,7 @@ from typing import NoReturn
 from scheduler.config import KV_MEMORY_MODES, PREEMPTION_MODES, SchedulerConfig
 from scheduler.policies import POLICIES
 from server.cli_checks import UsageError, serve_setup
-from server.config_flags import parse_override
+from server.config_flags import parse_override, positive_float
 
 # engine/config.py's DTYPES and engine-only defaults, repeated because `import engine` imports
 # torch; tests/server/test_cli_checks.py pins them to EngineConfig's.
@@ -163,13 +163,6 @@ def _add_serve_parser(sub) -> None:
     serve.set_defaults(run=_serve)
 
 
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
 def _top_count(text: str) -> int:
     value = int(text)
     if not 0 <= value <= 100:
@@ -200,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     top.add_argument("address", help="the server's gRPC address, HOST:PORT")
     top.add_argument("--token", help="bearer token, with auth on: your own programs only "
                                      "(default: none)")
-    top.add_argument("--interval", type=_positive_float, default=1.0, metavar="S",
+    top.add_argument("--interval", type=positive_float, default=1.0, metavar="S",
                      help="seconds between refreshes")
     top.add_argument("--top", type=_top_count, default=10, metavar="N",
                      help="programs listed, most service first (0..100)")

@@ -6,9 +6,9 @@
 `AgentixClient` is blocking; `AsyncAgentixClient` has the same shape over `grpc.aio`. Every RPC
 error surfaces as `AgentixError`. A prompt is a `str` (tokenized by the server as is), a
 sequence of token ids, or chat messages `[{"role": "user", "content": "Hi"}, ...]` (the server
-applies the model's chat template). Sampling keywords: temperature, top_p, top_k, seed, max_tokens, stop, stop_token_ids,
-ignore_eos; any other key raises `TypeError` before an RPC is made, and a key given as `None`
-is left at the server's default.
+applies the model's chat template). Sampling keywords: temperature, top_p, top_k, seed,
+max_tokens, stop, stop_token_ids, ignore_eos; any other key raises `TypeError` before an RPC
+is made, and a key given as `None` is left at the server's default.
 """
 
 from __future__ import annotations
@@ -389,7 +389,8 @@ class AsyncAgentixClient(_ClientBase):
         assembler.check_finished()
 
     async def model_info(self) -> dict[str, Any]:
-        return message_to_dict(await self._unary(self._stub.ModelInfo, agentix_pb2.ModelInfoRequest()))
+        request = agentix_pb2.ModelInfoRequest()
+        return message_to_dict(await self._unary(self._stub.ModelInfo, request))
 
     async def engine_stats(self, top_programs: int = 0) -> dict[str, Any]:
         request = agentix_pb2.EngineStatsRequest(top_programs=top_programs)

@@ -1,5 +1,6 @@
-"""`--set FIELD=VALUE` flags for the fields of a config dataclass (`EngineConfig`), shared by
-`agentix serve` and `agentix bench`. Torch-free: the dataclass is passed in, not imported."""
+"""Argument types shared by `agentix serve` and `agentix bench`: `--set FIELD=VALUE` for the
+fields of a config dataclass (`EngineConfig`), and positive numbers. Torch-free: the
+dataclass is passed in, not imported."""
 
 from __future__ import annotations
 
@@ -9,6 +10,14 @@ import dataclasses
 import types
 import typing
 from typing import Any
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a float > 0."""
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
 
 
 def parse_override(text: str) -> tuple[str, Any]:

@@ -46,6 +46,20 @@ def assert_clean(server, free_at_start: int, timeout: float = 5.0) -> None:
     server.engine_loop.call(lambda engine: engine.check_integrity())
 
 
+def wait_idle(server, timeout: float = 5.0) -> None:
+    """Within `timeout`: no call left anywhere, no device block owned, and the pools and
+    tables agree (checked on the engine thread)."""
+    def state(engine):
+        return engine.has_unfinished_calls(), len(engine.calls), engine.stats().kv_blocks_used
+
+    deadline = time.monotonic() + timeout
+    while (now := server.engine_loop.call(state)) != (False, 0, 0) \
+            and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert now == (False, 0, 0), "(unfinished calls, calls not popped, kv_blocks_used)"
+    server.engine_loop.call(lambda engine: engine.check_integrity())
+
+
 def gen_request(prompt: list[int] | str, program_id: str = "", **fields) -> pb.GenerateRequest:
     """A GenerateRequest; `fields` go to SamplingParams except thread_id/call_id."""
     ids = {k: fields.pop(k) for k in ("thread_id", "call_id") if k in fields}

@@ -13,7 +13,7 @@ import urllib.request
 from typing import Any, Iterator
 
 import pytest
-from grpc_helpers import server_config
+from grpc_helpers import server_config, wait_idle
 
 from server.app import start_server
 
@@ -113,19 +113,6 @@ def greedy(server, token: str | None = None) -> list[int]:
     status, body = http(server, "POST", "/v1/completions", GREEDY, token)
     assert status == 200, body
     return body["choices"][0]["token_ids"]
-
-
-def wait_idle(server, timeout: float = 5.0) -> None:
-    """No call left anywhere, no device block owned, and the pools and tables agree."""
-    def state(engine):
-        return engine.has_unfinished_calls(), len(engine.calls), engine.stats().kv_blocks_used
-
-    deadline = time.monotonic() + timeout
-    while (now := server.engine_loop.call(state)) != (False, 0, 0) \
-            and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert now == (False, 0, 0), "(unfinished calls, calls not popped, kv_blocks_used)"
-    server.engine_loop.call(lambda engine: engine.check_integrity())
 
 
 def assert_healthy(server, baseline: list[int], token: str | None = None) -> None:

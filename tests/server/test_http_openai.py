@@ -67,8 +67,8 @@ def test_chat_completion_matches_transformers(client, reference, chat_ids, tiny_
     choice = response.choices[0]
     expected = reference(chat_ids)
     assert choice.model_extra["token_ids"] == expected
-    text = AutoTokenizer.from_pretrained(tiny_llama_dir).decode(expected,
-                                                               skip_special_tokens=True)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama_dir)
+    text = tokenizer.decode(expected, skip_special_tokens=True)
     assert (choice.message.role, choice.message.content, choice.finish_reason) == (
         "assistant", text, "length")
     assert (response.usage.prompt_tokens, response.usage.completion_tokens) == (

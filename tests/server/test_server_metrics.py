@@ -13,7 +13,7 @@ import urllib.request
 from typing import Any
 
 import pytest
-from grpc_helpers import server_config
+from grpc_helpers import server_config, wait_idle
 from prometheus_client.parser import text_string_to_metric_families
 
 from server.app import start_server
@@ -98,18 +98,6 @@ class Scrape:
 
     def label_names(self) -> set[str]:
         return {k for f in self.families for s in f.samples for k in s.labels}
-
-
-def wait_idle(server, timeout: float = 5.0) -> None:
-    def state(engine):
-        return engine.has_unfinished_calls(), len(engine.calls), engine.stats().kv_blocks_used
-
-    deadline = time.monotonic() + timeout
-    while (now := server.engine_loop.call(state)) != (False, 0, 0) \
-            and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert now == (False, 0, 0), "(unfinished calls, calls not popped, kv_blocks_used)"
-    server.engine_loop.call(lambda engine: engine.check_integrity())
 
 
 def rpc_figures(rpc: dict[str, Any]) -> dict[str, Any]:
