@@ -8,6 +8,7 @@ from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine, Prompt
 from engine.outputs import CompletionOutput
 from engine.sampling_params import SamplingParams
+from engine.tokenizer import ChatPrompt
 
 
 class LLM:
@@ -21,9 +22,9 @@ class LLM:
                  params: SamplingParams | Sequence[SamplingParams] | None = None
                  ) -> list[CompletionOutput]:
         """Run every prompt to completion; one output per prompt, in order. A single prompt
-        (a string or a list of token ids) is treated as a batch of one. If any prompt is
+        (a string, a ChatPrompt or a list of token ids) is treated as a batch of one. If any prompt is
         invalid, nothing is submitted and the ValueError names the field."""
-        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
+        if isinstance(prompts, (str, ChatPrompt)) or (prompts and isinstance(prompts[0], int)):
             prompts = [prompts]
         if params is None or isinstance(params, SamplingParams):
             params = [params or SamplingParams()] * len(prompts)

@@ -99,7 +99,8 @@ class _HttpServer:
 
         self.sock = sock
         self.port = sock.getsockname()[1]
-        config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
+        config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False,
+                                timeout_graceful_shutdown=HANDLER_GRACE)
         self._server = uvicorn.Server(config)
         self._task: asyncio.Task | None = None
 
