@@ -26,12 +26,11 @@ _OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.m
               ast.Div: operator.truediv, ast.USub: operator.neg}
 
 
-def chat_prompt(turns: list[tuple[str, str]]) -> str:
-    """ChatML text (SmolLM2's template) for (role, content) turns, ready for the assistant."""
-    text = f"<|im_start|>system\n{SYSTEM}<|im_end|>\n"
-    for role, content in turns:
-        text += f"<|im_start|>{role}\n{content}<|im_end|>\n"
-    return text + "<|im_start|>assistant\n"
+def chat_prompt(turns: list[tuple[str, str]]) -> list[dict[str, str]]:
+    """Chat messages for (role, content) turns after the demo's system prompt (the server
+    renders them with the model's chat template, ready for the assistant)."""
+    return [{"role": "system", "content": SYSTEM},
+            *({"role": role, "content": content} for role, content in turns)]
 
 
 def calculate(text: str) -> str:

@@ -22,8 +22,9 @@ def test_calculator(text, result):
     assert calculate(text) == result
 
 
-def test_chat_prompt_is_chatml_ending_with_the_assistant_turn():
-    text = chat_prompt([("user", "Hi"), ("assistant", "Hello"), ("user", "Bye")])
-    assert text.startswith("<|im_start|>system\n")
-    assert "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello<|im_end|>\n" in text
-    assert text.endswith("<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n")
+def test_chat_prompt_is_the_system_prompt_then_the_turns():
+    messages = chat_prompt([("user", "Hi"), ("assistant", "Hello"), ("user", "Bye")])
+    assert messages[0]["role"] == "system"
+    assert messages[1:] == [{"role": "user", "content": "Hi"},
+                            {"role": "assistant", "content": "Hello"},
+                            {"role": "user", "content": "Bye"}]
