@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from engine.detokenizer import StopStringScanner
 from engine.sampling_params import SamplingParams
 from scheduler.call_state import CallStatus
 
@@ -40,6 +41,9 @@ class Call:
     service_seconds: float = 0.0  # set when it finishes: service charged to it
     first_token_time: float | None = None  # engine clock, when its first token was sampled
     finish_time: float | None = None
+    # The engine's incremental text and stop-string scan, for a call with stop strings
+    # (made at its first token; None for calls without stop strings).
+    stop_scanner: StopStringScanner | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.all_token_ids = list(self.prompt_token_ids)

@@ -19,8 +19,9 @@ class EngineConfig:
     `num_kv_blocks` counts device blocks including the reserved null block 0; `None` sizes the
     pool from `kv_cache_memory_gb`. `policy` is a registered name (`scheduler.policies`) or a
     Policy class. The scheduler's fields (batch limits, `policy`'s queues,
-    anti-starvation, preemption, `multistep`, `service_mode`, `program_ttl`) have the same
-    names and meaning as in `scheduler.config.SchedulerConfig`, which validates them.
+    anti-starvation, preemption, `multistep`, `service_mode`, `program_ttl`, the program and
+    tenant bounds) have the same names and meaning as in `scheduler.config.SchedulerConfig`,
+    which validates them.
     """
 
     model: str = ""
@@ -60,6 +61,9 @@ class EngineConfig:
     retention_ttl_factor: float = _SCHEDULER_DEFAULTS.retention_ttl_factor
     retention_max_seconds: float = _SCHEDULER_DEFAULTS.retention_max_seconds
     program_service_halflife: float | None = _SCHEDULER_DEFAULTS.program_service_halflife
+    max_programs: int = _SCHEDULER_DEFAULTS.max_programs
+    max_programs_per_tenant: int = _SCHEDULER_DEFAULTS.max_programs_per_tenant
+    max_tenants: int = _SCHEDULER_DEFAULTS.max_tenants
 
     def __post_init__(self) -> None:
         if self.block_size <= 0:

@@ -11,6 +11,7 @@ import torch
 
 from engine.call import Call, FinishReason
 from engine.config import EngineConfig
+from engine.detokenizer import StopStringScanner
 from engine.errors import DuplicateCallError
 from engine.executor import Executor, StepResult
 from engine.loader import read_model_dir
@@ -21,6 +22,7 @@ from engine.stats import EngineCounters, EngineStats
 from engine.tokenizer import ChatPrompt, load_tokenizer
 from kvcache.kv_tensor import KVCacheSpec
 from kvcache.manager import KVCacheManager
+from scheduler.ids import short
 from scheduler.plan import SchedulePlan
 from scheduler.policies import make_policy
 from scheduler.preemption import PreemptionKind
@@ -126,7 +128,7 @@ class LLMEngine:
         index = next(self._arrivals)
         call_id = call_id if call_id is not None else f"call-{index}"
         if call_id in self.calls:
-            raise DuplicateCallError(f"call_id {call_id!r} is already in use")
+            raise DuplicateCallError(call_id)
         now = self.clock()
         if program_id is None:
             program_id = self.scheduler.start_program(now, f"call:{call_id}:{index}", tenant,
@@ -150,7 +152,9 @@ class LLMEngine:
         self._aborted.append(StepOutput(call.call_id, [], True, FinishReason.ABORT))
 
     def tokenize_prompt(self, prompt: Prompt) -> list[int]:
-        """The prompt's token ids, or a ValueError naming what is wrong with it."""
+        """The prompt's token ids, or a ValueError naming what is wrong with it. Safe from
+        any thread: it reads only state fixed at construction (a server tokenizes off the
+        engine thread with it)."""
         if isinstance(prompt, (str, ChatPrompt)) and self.tokenizer is None:
             raise ValueError("prompt: text and chat prompts need a tokenizer in the model "
                              "directory")
@@ -162,6 +166,9 @@ class LLMEngine:
             token_ids = list(prompt)
         if not token_ids:
             raise ValueError("prompt: must not be empty")
+        if len(token_ids) >= self.max_model_len:
+            raise ValueError(f"prompt: {len(token_ids)} tokens leaves no room to generate in "
+                             f"the model's context of {self.max_model_len}")
         # One pass in C for the common case; the per-token scan only to name a bad id.
         if set(map(type, token_ids)) - {int, bool} or min(token_ids) < 0 \
                 or max(token_ids) >= self.vocab_size:
@@ -169,9 +176,6 @@ class LLMEngine:
                    if not isinstance(t, int) or not 0 <= t < self.vocab_size]
             raise ValueError(f"prompt: token id {bad[0]!r} is outside the vocabulary "
                              f"[0, {self.vocab_size})")
-        if len(token_ids) >= self.max_model_len:
-            raise ValueError(f"prompt: {len(token_ids)} tokens leaves no room to generate in "
-                             f"the model's context of {self.max_model_len}")
         if not self.config.enable_chunked_prefill \
                 and len(token_ids) > self.config.max_num_batched_tokens:
             raise ValueError(f"prompt: {len(token_ids)} tokens exceed max_num_batched_tokens "
@@ -209,11 +213,20 @@ class LLMEngine:
         return outputs
 
     def _cut_stop_string(self, call: Call) -> bool:
-        text = self.tokenizer.decode(call.output_token_ids) if self.tokenizer else ""
-        hits = [i for i in (text.find(s) for s in call.params.stop) if i >= 0]
-        if hits:
-            call.output_text = text[:min(hits)]
-        return bool(hits)
+        """Push the call's new tokens through its incremental stop-string scan (made at the
+        first token; work per step bounded, whatever the output's length). Once a stop string
+        appears, the text before the earliest one becomes the call's text."""
+        if self.tokenizer is None:
+            return False
+        scanner = call.stop_scanner
+        if scanner is None:
+            scanner = call.stop_scanner = StopStringScanner(self.tokenizer.decode,
+                                                            call.params.stop)
+        at = scanner.push(call.all_token_ids[call.num_prompt_tokens + scanner.num_tokens:])
+        if at is None:
+            return False
+        call.output_text = scanner.text_before(at)
+        return True
 
     def _finish(self, call: Call, reason: str) -> None:
         record = self.scheduler.finish(call, self.clock())
@@ -237,6 +250,11 @@ class LLMEngine:
         return self.scheduler.num_unfinished > 0
 
     @property
+    def num_free_seats(self) -> int:
+        """Running seats (`max_num_seqs`) not taken: calls the next step may admit."""
+        return max(0, self.config.max_num_seqs - self.scheduler.num_running)
+
+    @property
     def num_waiting(self) -> int:
         """Calls queued (waiting or swapped out), not running."""
         return self.scheduler.num_waiting
@@ -246,7 +264,7 @@ class LLMEngine:
         `calls` until popped (its id stays taken), so callers must pop what they submit."""
         call = self.calls[call_id]
         if not call.is_finished:
-            raise ValueError(f"call_id {call_id!r} has not finished")
+            raise ValueError(f"call_id {short(call_id)} has not finished")
         del self.calls[call_id]
         return CompletionOutput(
             call_id=call.call_id, prompt_token_ids=call.prompt_token_ids,

@@ -6,6 +6,11 @@ import math
 from dataclasses import dataclass, field
 
 GREEDY_BELOW = 1e-5  # a temperature this small samples greedily (logits / T would overflow)
+# Bounds on what one call may ask the engine to watch for (OpenAI allows 4 stop strings). The
+# stop-string scan of each new token costs O(MAX_STOP_STRINGS * MAX_STOP_STRING_CHARS) at most.
+MAX_STOP_STRINGS = 16
+MAX_STOP_STRING_CHARS = 256
+MAX_STOP_TOKEN_IDS = 64
 
 
 @dataclass(frozen=True)
@@ -17,6 +22,8 @@ class SamplingParams:
     A `seed` makes the call's sampling reproducible, independent of its batch neighbours.
     A call stops at `max_tokens`, at any of `stop_token_ids`, at the model's EOS unless
     `ignore_eos`, or when its text ends with one of the `stop` strings (which is cut off).
+    At most MAX_STOP_STRINGS stop strings of 1 to MAX_STOP_STRING_CHARS characters each, and at
+    most MAX_STOP_TOKEN_IDS stop token ids.
     """
 
     temperature: float = 0.0
@@ -44,8 +51,18 @@ class SamplingParams:
             raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
         if self.max_tokens <= 0:
             raise ValueError(f"max_tokens must be positive, got {self.max_tokens}")
+        if len(self.stop) > MAX_STOP_STRINGS:
+            raise ValueError(f"stop: at most {MAX_STOP_STRINGS} strings, got {len(self.stop)}")
+        if any(not isinstance(s, str) for s in self.stop):
+            raise ValueError("stop: stop strings must be strings")
         if any(s == "" for s in self.stop):
-            raise ValueError("stop strings must be non-empty")
+            raise ValueError("stop: stop strings must be non-empty")
+        if (longest := max((len(s) for s in self.stop), default=0)) > MAX_STOP_STRING_CHARS:
+            raise ValueError(f"stop: each stop string may have at most {MAX_STOP_STRING_CHARS} "
+                             f"characters, got one of {longest}")
+        if len(self.stop_token_ids) > MAX_STOP_TOKEN_IDS:
+            raise ValueError(f"stop_token_ids: at most {MAX_STOP_TOKEN_IDS} ids, got "
+                             f"{len(self.stop_token_ids)}")
 
     @property
     def greedy(self) -> bool:

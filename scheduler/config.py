@@ -37,7 +37,15 @@ class SchedulerConfig:
     fraction of the device pool), admissions never evict a higher-priority program's
     retained KV, and evicted blocks of live programs are offloaded to the host pool.
     `program_service_halflife` (seconds, None = off) decays a program's attained service
-    while it is idle between calls.
+    while it is idle between calls (while its tenant is idle, with tenant accounting).
+
+    Bounds (see ProcessTable): at most `max_programs` active programs in all and
+    `max_programs_per_tenant` per tenant (one-call programs count; programs without a tenant
+    count as one tenant); starting one more raises ProgramLimitError (RESOURCE_EXHAUSTED on
+    the wire). At most `max_tenants` tenant service records are kept (least recently
+    credited dropped first; records decayed below 2**-30 of their value are pruned).
+    Without auth, the tenant is whatever the client says, so the per-tenant bound and the
+    anti-gaming floors only bind clients that cannot choose their tenant (auth on).
     """
 
     max_num_seqs: int = 64
@@ -66,11 +74,15 @@ class SchedulerConfig:
     retention_ttl_factor: float = 2.0
     retention_max_seconds: float = 60.0
     program_service_halflife: float | None = None
+    max_programs: int = 10_000
+    max_programs_per_tenant: int = 1_000
+    max_tenants: int = 100_000
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "multistep", "num_queues",
                      "quantum_steps", "calibration_steps", "host_link_bandwidth",
-                     "prefill_tokens_per_second", "program_ttl", "retention_max_seconds"):
+                     "prefill_tokens_per_second", "program_ttl", "retention_max_seconds",
+                     "max_programs", "max_programs_per_tenant", "max_tenants"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.max_preemptions_per_round < 0:

@@ -4,6 +4,8 @@ Programs start and end explicitly; a program that neither ends nor calls again w
 `program_ttl` seconds of its last activity expires. Ended and expired records leave the table
 at once (the caller gets the final record), so the table never grows without bound; the last
 `RECENTLY_ENDED` final records are remembered so that ending a program twice is harmless.
+Active programs are bounded in all (`max_programs`) and per tenant (`max_programs_per_tenant`),
+and tenant service records (`max_tenants`), see ProcessTable.
 """
 
 from __future__ import annotations
@@ -15,7 +17,14 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable
 
+from scheduler.config import SchedulerConfig
+from scheduler.ids import short
+
 RECENTLY_ENDED = 4096
+# A tenant record not credited for this many half-lives has decayed below 2**-30 (about 1e-9)
+# of its value then, so dropping it moves no future floor by more than that fraction.
+PRUNE_HALFLIVES = 30
+_DEFAULTS = SchedulerConfig()
 
 
 class ProgramState(enum.Enum):
@@ -26,14 +35,23 @@ class ProgramState(enum.Enum):
 
 
 class ProgramExistsError(ValueError):
-    """A proposed program id is taken (active, or recently ended)."""
+    """A proposed program id (`args[0]`) is taken (active, or recently ended)."""
+
+    def __str__(self) -> str:
+        return f"program_id {short(self.args[0])} is already in use"
+
+
+class ProgramLimitError(Exception):
+    """Starting one more program would pass `max_programs` or `max_programs_per_tenant`; the
+    message names the limit and its value. Not a ValueError: the request is well formed, the
+    engine is full (RESOURCE_EXHAUSTED on the wire)."""
 
 
 class UnknownProgramError(KeyError):
     """No active program has this id (never started, ended or expired)."""
 
     def __str__(self) -> str:
-        return f"program_id {self.args[0]!r} is not an active program"
+        return f"program_id {short(self.args[0])} is not an active program"
 
 
 @dataclass
@@ -87,35 +105,93 @@ class ProgramRecord:
     num_tool_gaps: int = 0  # idle gaps between calls that external_time sums
     oracle_work: float | None = None
     ephemeral: bool = False
-    floor: float = 0.0  # service it started from (its tenant's recent service)
+    # Tenant accounting: `service` = `floor` + its own service; `floor` is the rest of its
+    # tenant's service (see ProcessTable), raised at start and at each call arrival.
+    floor: float = 0.0
+    idle_mark: float = 0.0  # its tenant's idle clock when its last call completed
+
+    @property
+    def own_service(self) -> float:
+        """The service this program attained itself (above its tenant floor)."""
+        return max(0.0, self.service - self.floor)
 
     @property
     def last_activity(self) -> float:
         return max(self.started, self.last_call_arrival or 0.0, self.last_call_completion or 0.0)
 
 
+@dataclass
+class _TenantLive:
+    """One tenant's live programs (in start order) and its idle clock: the time, since this
+    record was made, during which none of them had an active call."""
+
+    programs: dict[str, ProgramRecord] = field(default_factory=dict)
+    active_calls: int = 0
+    idle_time: float = 0.0
+    idle_since: float | None = None  # when its active calls last fell to 0 (None: busy)
+
+    def idle_clock(self, now: float) -> float:
+        if self.idle_since is None:
+            return self.idle_time
+        return self.idle_time + max(0.0, now - self.idle_since)
+
+
 class ProcessTable:
     """Program records keyed by id. Idle records (no active call) are kept in order of last
     activity, so expiry pops only what has expired.
 
-    Tenant accounting (anti-gaming), on when `tenant_halflife` is set: each tenant keeps its
-    recent service, the service of its ended programs decaying with that half-life; a new
-    program of the tenant starts from it (`floor`), so opening a fresh program for every call
-    does not reset a client's priority.
+    Tenant accounting (anti-gaming), on when `tenant_halflife` is set, for programs with a
+    tenant: a program's `service` is its `floor` plus its own service, and the floor is the
+    rest of its tenant's service,
+
+        floor = max(floor, D(now) + sum of the own service of the tenant's other live programs)
+
+    with D the own service of the tenant's ended and expired programs, each credited when it
+    ended and decaying with `tenant_halflife` since. The floor is set at start and raised
+    (never lowered) at each call arrival, so a call starts from all its tenant has had, however
+    it is spread over programs: a fresh program per call, programs never ended, or many
+    programs used in turn or at once start no lower than one program holding the same work
+    (less only the decay of ended work, which a tenant that ends its programs gets alike).
+    Only own service is credited at the end, so nothing counts twice. Raising a floor shifts
+    the program's service and its active calls' `start_value` alike (an ATLAS critical path
+    keeps its own part). Cost: O(the tenant's live programs) per start and call arrival, at
+    most `max_programs_per_tenant`. Without auth the tenant is whatever the client says: one
+    that names a new tenant per program escapes all of this. Anti-gaming needs auth.
+
+    Tenant records: one (service, as of) per tenant, in order of last credit. A record not
+    credited for PRUNE_HALFLIVES half-lives (decayed below 2**-30 of its value) is dropped,
+    checked at every start, credit and `expire` (the scheduler's every round): amortized
+    O(1). At most `max_tenants` are kept, the least recently credited dropped first (its
+    history is forgotten). Crediting nothing to a tenant without a record makes none.
+
+    Bounds: at most `max_programs` active programs and `max_programs_per_tenant` per tenant
+    (programs without a tenant count as one tenant; one-call programs count); starting one
+    more raises ProgramLimitError. Live programs are indexed by tenant, so counting is O(1).
 
     Service half-life, on when `service_halflife` is set: while a program is idle (between
-    calls) its attained service (above its tenant floor) decays with that half-life, applied when its next call
-    arrives, so a long-lived session regains priority the way a tenant's record does.
+    calls) its own service (above its floor) decays with that half-life, applied when its next
+    call arrives, so a long-lived session regains priority the way a tenant's record does.
+    With tenant accounting, idle time is its tenant's (no call of any of its programs
+    active), so spreading work over programs used in turn does not make each one idle while
+    the others run.
     """
 
     def __init__(self, program_ttl: float, tenant_halflife: float | None = None,
-                 service_halflife: float | None = None) -> None:
+                 service_halflife: float | None = None,
+                 max_programs: int = _DEFAULTS.max_programs,
+                 max_programs_per_tenant: int = _DEFAULTS.max_programs_per_tenant,
+                 max_tenants: int = _DEFAULTS.max_tenants) -> None:
         if program_ttl <= 0:
             raise ValueError(f"program_ttl must be positive, got {program_ttl}")
         self.program_ttl = program_ttl
         self.tenant_halflife = tenant_halflife
         self.service_halflife = service_halflife
-        self._tenants: dict[str, tuple[float, float]] = {}  # tenant -> (service, as of)
+        self.max_programs = max_programs
+        self.max_programs_per_tenant = max_programs_per_tenant
+        self.max_tenants = max_tenants
+        # tenant -> (service, as of), least recently credited first
+        self._tenants: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        self._live: dict[str | None, _TenantLive] = {}  # tenant -> its live programs
         self._programs: dict[str, ProgramRecord] = {}
         self._idle: OrderedDict[str, None] = OrderedDict()
         self._ended: OrderedDict[str, ProgramRecord] = OrderedDict()
@@ -144,17 +220,54 @@ class ProcessTable:
         elif not isinstance(program_id, str) or not program_id:
             raise ValueError(f"program_id must be a non-empty string, got {program_id!r}")
         elif program_id in self._programs or program_id in self._ended:
-            raise ProgramExistsError(f"program_id {program_id!r} is already in use")
+            raise ProgramExistsError(program_id)
+        self._check_limits(tenant)
+        self._prune(now)
         record = ProgramRecord(program_id, tenant, now, ephemeral=ephemeral)
-        record.service = record.floor = self.tenant_service(tenant, now)
+        live = self._live.get(tenant)
+        if live is None:
+            live = self._live[tenant] = _TenantLive(idle_since=now)
+        self._raise_floor(record, live, now)
+        live.programs[program_id] = record
         self._programs[program_id] = record
         self._idle[program_id] = None
         return record
 
+    def _check_limits(self, tenant: str | None) -> None:
+        if len(self._programs) >= self.max_programs:
+            raise ProgramLimitError(f"max_programs: {len(self._programs)} programs are active, "
+                                    f"the limit is {self.max_programs}")
+        live = self._live.get(tenant)
+        if live is not None and len(live.programs) >= self.max_programs_per_tenant:
+            whose = "without a tenant" if tenant is None else f"of tenant {short(tenant)}"
+            raise ProgramLimitError(f"max_programs_per_tenant: {len(live.programs)} programs "
+                                    f"{whose} are active, the limit is "
+                                    f"{self.max_programs_per_tenant}")
+
+    def _accounts(self, tenant: str | None) -> bool:
+        return tenant is not None and bool(self.tenant_halflife)
+
+    def _raise_floor(self, program: ProgramRecord, live: _TenantLive, now: float) -> None:
+        """Raise `program`'s floor to its tenant's service besides its own (see the class)."""
+        if not self._accounts(program.tenant):
+            return
+        others = sum(p.own_service for p in live.programs.values() if p is not program)
+        floor = self.tenant_service(program.tenant, now) + others
+        if floor > program.floor:
+            delta = floor - program.floor
+            program.service = floor + program.own_service
+            program.floor = floor
+            for call in program.active_calls.values():
+                call.start_value += delta
+
     def top_by_service(self, limit: int, tenant: str | None = None) -> list[ProgramRecord]:
         """Up to `limit` active records with the most service, most first (only `tenant`'s
         when it is given)."""
-        records = (r for r in self._programs.values() if tenant is None or r.tenant == tenant)
+        if tenant is None:
+            records = self._programs.values()
+        else:
+            live = self._live.get(tenant)
+            records = live.programs.values() if live is not None else ()
         return heapq.nlargest(limit, records, key=lambda r: r.service)
 
     def get(self, program_id: str) -> ProgramRecord:
@@ -164,14 +277,25 @@ class ProcessTable:
             raise UnknownProgramError(program_id) from None
 
     def add_call(self, record: CallRecord, prompt_tokens: int) -> None:
+        """Register a call arriving at `record.arrival`: decay the program's own service over
+        its idle time (with a service half-life), raise its floor, count it active."""
         program = self.get(record.program_id)
+        live = self._live[program.tenant]
+        now = record.arrival
         if program.last_call_completion is not None and not program.active_calls:
-            idle = max(0.0, record.arrival - program.last_call_completion)
+            idle = max(0.0, now - program.last_call_completion)
             program.external_time += idle
             program.num_tool_gaps += 1
             if self.service_halflife:
-                own = max(0.0, program.service - program.floor)
-                program.service = program.floor + own * 0.5 ** (idle / self.service_halflife)
+                if self._accounts(program.tenant):
+                    idle = max(0.0, live.idle_clock(now) - program.idle_mark)
+                program.service = program.floor + \
+                    program.own_service * 0.5 ** (idle / self.service_halflife)
+        self._raise_floor(program, live, now)
+        if live.idle_since is not None:
+            live.idle_time = live.idle_clock(now)
+            live.idle_since = None
+        live.active_calls += 1
         program.active_calls[record.call_id] = record
         program.last_call_arrival = record.arrival
         program.num_calls += 1
@@ -186,20 +310,57 @@ class ProcessTable:
         program.last_call_completion = now
         program.generated_tokens += generated_tokens
         program.wait += record.total_wait
+        live = self._live[program.tenant]
+        live.active_calls -= 1
+        if not live.active_calls:
+            live.idle_since = now
+        program.idle_mark = live.idle_clock(now)
         if not program.active_calls:
             self._idle[record.program_id] = None
 
     def tenant_service(self, tenant: str | None, now: float) -> float:
-        """The tenant's recent service, decayed to `now` (0 without tenant accounting)."""
-        if tenant is None or not self.tenant_halflife or tenant not in self._tenants:
+        """The tenant's recent service (its ended programs' own service), decayed to `now`
+        (0 without tenant accounting). Its live programs' service is not included."""
+        if not self._accounts(tenant) or tenant not in self._tenants:
             return 0.0
         service, as_of = self._tenants[tenant]
         return service * 0.5 ** (max(0.0, now - as_of) / self.tenant_halflife)
 
+    def num_tenant_records(self) -> int:
+        return len(self._tenants)
+
     def _credit_tenant(self, record: ProgramRecord, now: float) -> None:
-        if record.tenant is not None and self.tenant_halflife:
-            own = max(0.0, record.service - record.floor)
-            self._tenants[record.tenant] = (self.tenant_service(record.tenant, now) + own, now)
+        """Add an ending program's own service to its tenant's record (moved to the end)."""
+        if self._accounts(record.tenant):
+            service = self.tenant_service(record.tenant, now) + record.own_service
+            self._tenants.pop(record.tenant, None)
+            if service > 0:
+                self._tenants[record.tenant] = (service, now)
+                if len(self._tenants) > self.max_tenants:
+                    self._tenants.popitem(last=False)
+        self._prune(now)
+
+    def _prune(self, now: float) -> None:
+        """Drop the tenant records not credited for PRUNE_HALFLIVES half-lives."""
+        if not self.tenant_halflife:
+            return
+        horizon = PRUNE_HALFLIVES * self.tenant_halflife
+        while self._tenants:
+            tenant, (_, as_of) = next(iter(self._tenants.items()))
+            if now - as_of < horizon:
+                return
+            del self._tenants[tenant]
+
+    def _unlist(self, record: ProgramRecord, now: float) -> None:
+        """Take an ending program out of its tenant's live programs."""
+        live = self._live[record.tenant]
+        del live.programs[record.program_id]
+        if record.active_calls:  # normally none: the caller finished them
+            live.active_calls -= len(record.active_calls)
+            if not live.active_calls:
+                live.idle_since = now
+        if not live.programs:
+            del self._live[record.tenant]
 
     def end(self, program_id: str, failed: bool = False, now: float = 0.0) -> ProgramRecord:
         """Remove the program and return its final record; the caller has already finished
@@ -210,6 +371,7 @@ class ProcessTable:
                 return self._ended[program_id]
             raise UnknownProgramError(program_id)
         self._idle.pop(program_id, None)
+        self._unlist(record, now)
         record.state = ProgramState.FAILED if failed else ProgramState.COMPLETED
         self._credit_tenant(record, now)
         self._remember(record, now)
@@ -226,7 +388,9 @@ class ProcessTable:
         return program_id in self._ended
 
     def expire(self, now: float) -> list[ProgramRecord]:
-        """Remove idle programs whose last activity is `program_ttl` or more ago."""
+        """Remove idle programs whose last activity is `program_ttl` or more ago (and prune
+        the tenant records)."""
+        self._prune(now)
         expired = []
         while self._idle:
             program_id = next(iter(self._idle))
@@ -235,6 +399,7 @@ class ProcessTable:
                 break
             del self._idle[program_id]
             del self._programs[program_id]
+            self._unlist(record, now)
             record.state = ProgramState.EXPIRED
             self._credit_tenant(record, now)
             self._remember(record, now)
@@ -250,3 +415,14 @@ class ProcessTable:
         idle = {p for p, r in self._programs.items() if not r.active_calls}
         if idle != set(self._idle):
             raise RuntimeError("process table idle list is out of date")
+        indexed = {p: t for t, live in self._live.items() for p in live.programs}
+        if indexed != {p: r.tenant for p, r in self._programs.items()} or \
+                any(not live.programs for live in self._live.values()):
+            raise RuntimeError("process table tenant index is out of date")
+        for tenant, live in self._live.items():
+            calls = sum(len(p.active_calls) for p in live.programs.values())
+            if live.active_calls != calls or (live.idle_since is None) != bool(calls):
+                raise RuntimeError(f"tenant {short(tenant)} counts {live.active_calls} active "
+                                   f"calls, its programs have {calls}")
+        if len(self._tenants) > self.max_tenants:
+            raise RuntimeError(f"{len(self._tenants)} tenant records, more than max_tenants")

@@ -59,7 +59,8 @@ class Scheduler:
         self.kv = kv
         self.policy = policy
         self.table = ProcessTable(config.program_ttl, config.tenant_halflife,
-                                  config.program_service_halflife)
+                                  config.program_service_halflife, config.max_programs,
+                                  config.max_programs_per_tenant, config.max_tenants)
         self.num_levels = policy.num_levels(config.num_queues)
         self.levels = self._levels(config.quantum_base or (
             TOKEN_MODE_QUANTUM if config.service_mode == "tokens" else PROVISIONAL_QUANTUM_SECONDS))
@@ -94,6 +95,10 @@ class Scheduler:
     @property
     def num_unfinished(self) -> int:
         return len(self.records)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
 
     @property
     def num_waiting(self) -> int:

@@ -14,13 +14,14 @@ OpenAI endpoints do when auth is on.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -28,15 +29,19 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from engine import EngineConfig, LLMEngine
-from server import agentix_pb2_grpc
 from server.auth import TokenAuth
 from server.engine_loop import EngineLoop
+from server.handlers import add_service
 from server.metrics import ServerMetrics
+from server.prompts import DEFAULT_MAX_PROMPT_BYTES, PromptTokenizer
 from server.reflection import enable_reflection
 from server.service import SERVICE_NAME, AgentixServicer
 
 HEALTH_SERVICE_NAME = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 HANDLER_GRACE = 1.0  # after the engine drained: time for handlers to send their last message
+HEALTH_POLL_SECONDS = 0.5
+MESSAGE_OVERHEAD_BYTES = 1 << 20
+log = logging.getLogger(__name__)
 
 
 def format_address(host: str, port: int) -> str:
@@ -51,7 +56,9 @@ class ServeOptions:
     engine's waiting queue; `grace` is the default drain time of `stop()`;
     `served_model_name` is the model's name over HTTP (default: the model directory's name);
     `metrics_port` serves /metrics alone (for a gRPC-only server); `metrics_tenant_label`
-    adds a tenant label to the program histograms."""
+    adds a tenant label to the program histograms. `max_prompt_bytes` bounds a text
+    prompt before it is tokenized; health turns NOT_SERVING when the engine has work and
+    has made no progress for `health_stall_seconds`."""
 
     host: str = "127.0.0.1"
     port: int | None = 0
@@ -62,6 +69,8 @@ class ServeOptions:
     grace: float = 5.0
     served_model_name: str | None = None
     metrics_tenant_label: bool = False
+    max_prompt_bytes: int = DEFAULT_MAX_PROMPT_BYTES
+    health_stall_seconds: float = 30.0
 
     def __post_init__(self) -> None:
         if self.port is None and self.http_port is None:
@@ -74,6 +83,11 @@ class ServeOptions:
             raise ValueError(f"max_waiting: must be positive, got {self.max_waiting}")
         if self.grace < 0:
             raise ValueError(f"grace: must be >= 0, got {self.grace}")
+        if self.max_prompt_bytes <= 0:
+            raise ValueError(f"max_prompt_bytes: must be positive, got {self.max_prompt_bytes}")
+        if not self.health_stall_seconds > 0:
+            raise ValueError(f"health_stall_seconds: must be positive, got "
+                             f"{self.health_stall_seconds}")
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -118,36 +132,45 @@ class _HttpServer:
         self.sock.close()
 
 
+@dataclass
+class _Services:
+    """What one server runs on its event loop (None / empty: not served)."""
+
+    prompts: PromptTokenizer
+    grpc_server: grpc.aio.Server | None = None
+    health: health.aio.HealthServicer | None = None
+    grpc_port: int | None = None
+    http: dict[str, _HttpServer] = field(default_factory=dict)
+    health_watch: asyncio.Task | None = None
+
+
 class RunningServer:
     """A started server. `address` (gRPC), `http_address` and `metrics_address` are where it
     listens (None when not served); `engine_loop` runs things on the engine thread
     (`engine_loop.call(fn)` returns `fn(engine)`); `stop()` shuts down."""
 
     def __init__(self, engine_loop: EngineLoop, loop: asyncio.AbstractEventLoop,
-                 loop_thread: threading.Thread, grpc_server: grpc.aio.Server | None,
-                 health_servicer: health.aio.HealthServicer | None,
-                 http_servers: dict[str, _HttpServer], options: ServeOptions,
-                 grpc_port: int | None) -> None:
+                 loop_thread: threading.Thread, services: _Services,
+                 options: ServeOptions) -> None:
         self.engine_loop = engine_loop
-        self.port = grpc_port
-        self.address = None if grpc_port is None else format_address(options.host, grpc_port)
+        self.port = services.grpc_port
+        self.address = (None if services.grpc_port is None
+                        else format_address(options.host, services.grpc_port))
         self.http_address, self.metrics_address = (
-            format_address(options.host, http_servers[kind].port) if kind in http_servers
+            format_address(options.host, services.http[kind].port) if kind in services.http
             else None for kind in ("http", "metrics"))
         self.grace = options.grace
         self._loop = loop
         self._loop_thread = loop_thread
-        self._grpc = grpc_server
-        self._health = health_servicer
-        self._http = http_servers
+        self._services = services
         self._stop_lock = threading.Lock()
         self._stopped = False
 
     def stop(self, grace: float | None = None) -> None:
         """Report NOT_SERVING, refuse new programs and calls (UNAVAILABLE, HTTP 503), give
-        calls in flight `grace` seconds (default: the server's) to finish, abort the rest,
-        then stop the servers, the engine thread and the event loop. Idempotent; blocks
-        until done."""
+        calls in flight `grace` seconds (default: the server's) to finish, cut the rest
+        (finish reason "shutdown"), then stop the servers, the engine thread and the event
+        loop. Idempotent; blocks until done."""
         with self._stop_lock:
             if self._stopped:
                 return
@@ -157,14 +180,18 @@ class RunningServer:
             asyncio.run_coroutine_threadsafe(self._shutdown(grace), self._loop).result()
         finally:
             _close(self.engine_loop, self._loop, self._loop_thread)
+            self._services.prompts.close()
 
     async def _shutdown(self, grace: float) -> None:
-        if self._health is not None:
-            await self._health.enter_graceful_shutdown()
+        services = self._services
+        if services.health_watch is not None:
+            services.health_watch.cancel()
+        if services.health is not None:
+            await services.health.enter_graceful_shutdown()
         await self.engine_loop.drain(grace)
-        if self._grpc is not None:
-            await self._grpc.stop(HANDLER_GRACE)
-        for server in self._http.values():
+        if services.grpc_server is not None:
+            await services.grpc_server.stop(HANDLER_GRACE)
+        for server in services.http.values():
             await server.stop()
 
 
@@ -176,10 +203,14 @@ def _close(engine_loop: EngineLoop, loop: asyncio.AbstractEventLoop,
     loop.close()
 
 
-async def _start_grpc(engine_loop: EngineLoop, auth: TokenAuth | None, host: str, port: int
+async def _start_grpc(engine_loop: EngineLoop, prompts: PromptTokenizer,
+                      auth: TokenAuth | None, host: str, port: int
                       ) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-    agentix_pb2_grpc.add_AgentixServicer_to_server(AgentixServicer(engine_loop, auth), server)
+    # A message may carry a prompt at the limit plus room for the other fields.
+    max_message = 2 * prompts.max_prompt_bytes + MESSAGE_OVERHEAD_BYTES
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0),
+                                      ("grpc.max_receive_message_length", max_message)])
+    add_service(AgentixServicer(engine_loop, prompts, auth), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     enable_reflection((SERVICE_NAME, HEALTH_SERVICE_NAME), server)
@@ -192,34 +223,54 @@ async def _start_grpc(engine_loop: EngineLoop, auth: TokenAuth | None, host: str
     return server, health_servicer, bound
 
 
-async def _start_all(engine_loop: EngineLoop, metrics: ServerMetrics, options: ServeOptions,
-                     sockets: dict[str, socket.socket], model_name: str):
+async def _watch_health(engine_loop: EngineLoop, health_servicer: health.aio.HealthServicer
+                        ) -> None:
+    """Health follows the engine's heartbeat: NOT_SERVING while it is stalled, SERVING
+    again once it makes progress (until draining, which sets NOT_SERVING for good)."""
+    serving = True
+    while not engine_loop.draining:
+        if engine_loop.stalled() == serving:
+            serving = not serving
+            status = (health_pb2.HealthCheckResponse.SERVING if serving
+                      else health_pb2.HealthCheckResponse.NOT_SERVING)
+            if not serving:
+                log.error("engine stalled: no progress for %g s with work in flight",
+                          engine_loop.stall_seconds)
+            for service in ("", SERVICE_NAME):
+                await health_servicer.set(service, status)
+        await asyncio.sleep(HEALTH_POLL_SECONDS)
+
+
+async def _start_all(engine_loop: EngineLoop, prompts: PromptTokenizer,
+                     metrics: ServerMetrics, options: ServeOptions,
+                     sockets: dict[str, socket.socket], model_name: str) -> _Services:
     auth = TokenAuth(options.auth_tokens) if options.auth_tokens is not None else None
-    http: dict[str, _HttpServer] = {}
-    grpc_server = health_servicer = grpc_port = None
+    services = _Services(prompts)
     try:
         if "http" in sockets:
             from server.openai_http import build_app
 
             max_model_len = await engine_loop.run(lambda engine: engine.max_model_len)
-            http["http"] = _HttpServer(
-                build_app(engine_loop, auth, metrics, model_name, max_model_len),
+            services.http["http"] = _HttpServer(
+                build_app(engine_loop, prompts, auth, metrics, model_name, max_model_len),
                 sockets["http"])
         if "metrics" in sockets:
             from server.openai_http import build_metrics_app
 
-            http["metrics"] = _HttpServer(build_metrics_app(engine_loop, metrics),
-                                          sockets["metrics"])
-        for server in http.values():
+            services.http["metrics"] = _HttpServer(build_metrics_app(engine_loop, metrics),
+                                                   sockets["metrics"])
+        for server in services.http.values():
             await server.start()
         if options.port is not None:
-            grpc_server, health_servicer, grpc_port = await _start_grpc(
-                engine_loop, auth, options.host, options.port)
+            services.grpc_server, services.health, services.grpc_port = await _start_grpc(
+                engine_loop, prompts, auth, options.host, options.port)
+            services.health_watch = asyncio.ensure_future(
+                _watch_health(engine_loop, services.health))
     except BaseException:
-        for server in http.values():
+        for server in services.http.values():
             await server.stop()
         raise
-    return grpc_server, health_servicer, http, grpc_port
+    return services
 
 
 def start_server(config: EngineConfig, options: ServeOptions | None = None, **kwargs
@@ -244,22 +295,25 @@ def start_server(config: EngineConfig, options: ServeOptions | None = None, **kw
         raise
     engine.on_program_end(metrics.observe_program)
     engine_loop = EngineLoop(engine, max_waiting=options.max_waiting,
-                             on_completion=metrics.observe_call)
+                             on_completion=metrics.observe_call,
+                             stall_seconds=options.health_stall_seconds)
+    prompts = PromptTokenizer(engine, options.max_prompt_bytes)
     engine_loop.start()
     loop = asyncio.new_event_loop()
     loop_thread = threading.Thread(target=loop.run_forever, name="agentix-io", daemon=True)
     loop_thread.start()
     model_name = options.served_model_name or Path(config.model).name
     try:
-        grpc_server, health_servicer, http, grpc_port = asyncio.run_coroutine_threadsafe(
-            _start_all(engine_loop, metrics, options, sockets, model_name), loop).result()
+        services = asyncio.run_coroutine_threadsafe(
+            _start_all(engine_loop, prompts, metrics, options, sockets, model_name),
+            loop).result()
     except BaseException:
         for sock in sockets.values():
             sock.close()
         _close(engine_loop, loop, loop_thread)
+        prompts.close()
         raise
-    return RunningServer(engine_loop, loop, loop_thread, grpc_server, health_servicer, http,
-                         options, grpc_port)
+    return RunningServer(engine_loop, loop, loop_thread, services, options)
 
 
 def serve_forever(config: EngineConfig, options: ServeOptions,

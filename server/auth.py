@@ -13,6 +13,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Iterable, Mapping
 
+from scheduler.ids import check_id
+
+SEPARATOR = "/"  # tenant namespaces use it (server/namespace.py): never in a tenant name
+
 
 def parse_tokens(lines: Iterable[str], source: str = "<tokens>") -> dict[str, str]:
     """token -> tenant from `TOKEN TENANT` lines; ValueError naming the line if one is
@@ -26,6 +30,12 @@ def parse_tokens(lines: Iterable[str], source: str = "<tokens>") -> dict[str, st
             raise ValueError(f"{source}:{number}: expected 'TOKEN TENANT', got {len(words)} "
                              f"field(s)")
         token, tenant = words
+        try:
+            check_id("tenant", tenant)
+        except ValueError as exc:
+            raise ValueError(f"{source}:{number}: {exc}") from None
+        if SEPARATOR in tenant:
+            raise ValueError(f"{source}:{number}: tenant: must not contain {SEPARATOR!r}")
         if token in tokens:
             raise ValueError(f"{source}:{number}: this token already appeared on an earlier line")
         tokens[token] = tenant
@@ -40,9 +50,15 @@ def load_tokens(path: str | Path) -> dict[str, str]:
     return parse_tokens(path.read_text().splitlines(), str(path))
 
 
+class AuthError(Exception):
+    """The request carries no usable credentials (UNAUTHENTICATED, HTTP 401)."""
+
+
 @dataclass(frozen=True)
 class TokenAuth:
-    """Maps the `authorization: Bearer <token>` metadata of a call to its tenant."""
+    """Maps the `authorization: Bearer <token>` metadata of a call to its tenant. The scheme
+    is matched case-insensitively and surrounding spaces are ignored (as HTTP allows); a
+    request with more than one authorization header is refused as ambiguous."""
 
     tokens: Mapping[str, str] = field(hash=False)
 
@@ -51,19 +67,21 @@ class TokenAuth:
             raise ValueError("tokens must not be empty (no one could call the server)")
         object.__setattr__(self, "tokens", MappingProxyType(dict(self.tokens)))
 
-    def tenant_of(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> str | None:
-        """The tenant of the bearer token in `metadata`, or None if there is none or it is
-        unknown. Compares against every token in constant time per token."""
-        presented = None
-        for key, value in metadata or ():
-            if key.lower() == "authorization" and isinstance(value, str):
-                scheme, _, credentials = value.strip().partition(" ")
-                if scheme.lower() == "bearer":
-                    presented = credentials.strip()
+    def authenticate(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> str:
+        """The tenant of the request's bearer token; AuthError saying what is wrong.
+        Compares against every token in constant time per token."""
+        headers = [value for key, value in metadata or () if key.lower() == "authorization"]
+        if len(headers) > 1:
+            raise AuthError("authorization: more than one authorization header")
+        scheme, _, credentials = (headers[0] if headers and isinstance(headers[0], str)
+                                  else "").strip().partition(" ")
+        presented = credentials.strip() if scheme.lower() == "bearer" else ""
         if not presented:
-            return None
+            raise AuthError("authorization: missing bearer token")
         tenant = None
         for token, owner in self.tokens.items():
             if hmac.compare_digest(token.encode(), presented.encode()):
                 tenant = owner
+        if tenant is None:
+            raise AuthError("authorization: unknown bearer token")
         return tenant

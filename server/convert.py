@@ -8,7 +8,8 @@ them on the engine thread (they are live objects).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
 from engine import ChatPrompt, CompletionOutput, EngineStats, LLMEngine, SamplingParams
 from server import agentix_pb2 as pb
@@ -54,23 +55,25 @@ def delta(call_id: str, token_ids: list[int], text: str) -> pb.GenerateResponse:
     return pb.GenerateResponse(call_id=call_id, delta=pb.Delta(token_ids=token_ids, text=text))
 
 
-def final(completion: CompletionOutput) -> pb.GenerateResponse:
+def final(completion: CompletionOutput, call_id: str) -> pb.GenerateResponse:
+    """The final message of a call (`call_id` as the client knows it)."""
     usage = pb.Usage(prompt_tokens=len(completion.prompt_token_ids),
                      cached_tokens=completion.num_cached_tokens,
                      completion_tokens=len(completion.token_ids),
                      queue_seconds=completion.queue_seconds,
                      service_seconds=completion.service_seconds)
-    return pb.GenerateResponse(call_id=completion.call_id, final=pb.Final(
+    return pb.GenerateResponse(call_id=call_id, final=pb.Final(
         finish_reason=completion.finish_reason, usage=usage, text=completion.text))
 
 
-def program_info(record: ProgramRecord) -> pb.ProgramInfo:
-    """A snapshot of a process-table record (call on the engine thread)."""
-    calls = [pb.CallInfo(call_id=c.call_id, thread_id=c.thread_id or "", arrival=c.arrival,
+def program_info(record: ProgramRecord, outer: Callable[[str], str]) -> pb.ProgramInfo:
+    """A snapshot of a process-table record (call on the engine thread), with its ids as
+    the client knows them (`outer`: the caller's namespace)."""
+    calls = [pb.CallInfo(call_id=outer(c.call_id), thread_id=c.thread_id or "", arrival=c.arrival,
                          wait=c.wait, service=c.service, queue=c.queue)
              for c in record.active_calls.values()]
     return pb.ProgramInfo(
-        program_id=record.program_id, tenant=record.tenant or "", state=record.state.value,
+        program_id=outer(record.program_id), tenant=record.tenant or "", state=record.state.value,
         service=record.service, wait=record.wait, active_calls=calls,
         engine=record.engine or 0, last_call_arrival=record.last_call_arrival or 0.0,
         last_call_completion=record.last_call_completion or 0.0, num_calls=record.num_calls,
@@ -79,9 +82,10 @@ def program_info(record: ProgramRecord) -> pb.ProgramInfo:
 
 
 def model_info(engine: LLMEngine) -> pb.ModelInfoResponse:
-    """`num_kv_blocks` counts device blocks as EngineConfig does (the null block included)."""
+    """`model` is the model directory's name (never the server's path); `num_kv_blocks`
+    counts device blocks as EngineConfig does (the null block included)."""
     config = engine.config
-    return pb.ModelInfoResponse(model=config.model, vocab_size=engine.vocab_size,
+    return pb.ModelInfoResponse(model=Path(config.model).name, vocab_size=engine.vocab_size,
                                 max_model_len=engine.max_model_len, policy=config.policy,
                                 block_size=config.block_size,
                                 num_kv_blocks=engine.kv.pool.num_blocks)
@@ -95,9 +99,10 @@ def top_programs(request: pb.EngineStatsRequest) -> int:
     return request.top_programs
 
 
-def engine_stats(stats: EngineStats, top: list[ProgramRecord]) -> pb.EngineStatsResponse:
+def engine_stats(stats: EngineStats, top: list[ProgramRecord], outer: Callable[[str], str]
+                 ) -> pb.EngineStatsResponse:
     """The EngineStats message of a snapshot and the records of its top programs (read the
-    records on the engine thread)."""
+    records on the engine thread; ids through `outer`, the caller's namespace)."""
     load, counters = stats.load, stats.counters
     return pb.EngineStatsResponse(
         calls_running=load.calls_running, calls_waiting=load.calls_waiting,
@@ -113,4 +118,4 @@ def engine_stats(stats: EngineStats, top: list[ProgramRecord]) -> pb.EngineStats
         prompt_tokens_computed=counters.prompt_tokens_computed,
         prompt_tokens_cached=counters.prompt_tokens_cached,
         generation_tokens=counters.generation_tokens, promotions=stats.promotions,
-        steps=stats.steps, top_programs=[program_info(r) for r in top])
+        steps=stats.steps, top_programs=[program_info(r, outer) for r in top])

@@ -19,20 +19,24 @@ from dataclasses import dataclass, replace
 from typing import Callable, TypeVar
 
 from engine import CompletionOutput, LLMEngine, StepOutput
+from engine.call import FinishReason
 from server.call_stream import CallStream, StreamDelta, StreamFinal
 from server.detok import IncrementalText
 from server.errors import DrainingError, QueueFullError
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
+COMMAND_BUDGET_SECONDS = 0.02  # commands run between two steps while calls are in flight
+SHUTDOWN = "shutdown"          # the finish reason of a call cut by the drain
 
 
 @dataclass
 class _Tracked:
-    """Engine-thread state of one streamed call."""
+    """Engine-thread state of one streamed call (`shutdown`: cut by the drain)."""
 
     stream: CallStream
     text: IncrementalText
+    shutdown: bool = False
 
 
 class EngineLoop:
@@ -48,11 +52,15 @@ class EngineLoop:
     """
 
     def __init__(self, engine: LLMEngine, max_waiting: int = 1024, idle_tick: float = 1.0,
-                 on_completion: Callable[[CompletionOutput], None] | None = None) -> None:
+                 on_completion: Callable[[CompletionOutput], None] | None = None,
+                 stall_seconds: float = 30.0) -> None:
         if max_waiting <= 0:
             raise ValueError(f"max_waiting must be positive, got {max_waiting}")
         if idle_tick <= 0:
             raise ValueError(f"idle_tick must be positive, got {idle_tick}")
+        if stall_seconds <= 0:
+            raise ValueError(f"stall_seconds must be positive, got {stall_seconds}")
+        self.stall_seconds = stall_seconds
         self.engine = engine
         self.max_waiting = max_waiting
         self.idle_tick = idle_tick
@@ -64,6 +72,7 @@ class EngineLoop:
         self._stopping = False         # engine thread: leave the loop
         self._draining = False
         self._streams: dict[str, _Tracked] = {}  # engine thread only
+        self._progress_at = time.monotonic()  # heartbeat: the last step or command batch done
         self._thread = threading.Thread(target=self._main, name="agentix-engine", daemon=True)
 
     # ----- any thread -------------------------------------------------------------------
@@ -73,6 +82,12 @@ class EngineLoop:
     @property
     def draining(self) -> bool:
         return self._draining
+
+    def stalled(self) -> bool:
+        """Whether the engine thread has work (calls in flight or commands waiting) and has
+        finished no step or command for `stall_seconds` (any thread; health reads it)."""
+        busy = bool(self._streams) or bool(self._commands)
+        return busy and time.monotonic() - self._progress_at > self.stall_seconds
 
     def post(self, command: Callable[[], None]) -> None:
         """Queue `command` for the engine thread; DrainingError once the loop is stopped."""
@@ -149,7 +164,9 @@ class EngineLoop:
         last_step = time.monotonic()
         while not self._stopping:
             self._wake.clear()
-            self._run_commands()
+            busy = bool(self._streams) or self.engine.has_unfinished_calls()
+            self._run_commands(COMMAND_BUDGET_SECONDS if busy else None)
+            self._progress_at = time.monotonic()
             if self._stopping:
                 break
             idle_for = time.monotonic() - last_step
@@ -157,15 +174,19 @@ class EngineLoop:
             # many commands wake the thread in between.
             if self._streams or self.engine.has_unfinished_calls() or idle_for >= self.idle_tick:
                 self._step()
-                last_step = time.monotonic()
-            else:
+                last_step = self._progress_at = time.monotonic()
+            elif not self._commands:
                 self._wake.wait(self.idle_tick - idle_for)
 
     def _request_stop(self) -> None:
         self._stopping = True
 
-    def _run_commands(self) -> None:
-        while True:
+    def _run_commands(self, budget: float | None) -> None:
+        """Run posted commands in order: all of them, or while calls are in flight only
+        until `budget` seconds have passed, so a burst of requests cannot hold up a step
+        (the rest run after it)."""
+        deadline = None if budget is None else time.monotonic() + budget
+        while deadline is None or time.monotonic() < deadline:
             with self._lock:
                 if not self._commands:
                     return
@@ -185,8 +206,10 @@ class EngineLoop:
         try:
             if self._draining:
                 raise DrainingError("the server is shutting down: no new calls")
-            if self.engine.num_waiting >= self.max_waiting:
-                raise QueueFullError(f"the waiting queue is full ({self.max_waiting} calls)")
+            # Calls that free seats will take at the next step are not waiting.
+            if self.engine.num_waiting - self.engine.num_free_seats >= self.max_waiting:
+                raise QueueFullError(f"max_waiting: the waiting queue is full "
+                                     f"({self.max_waiting} calls)")
             call_id = add(self.engine)
         except BaseException as exc:
             future.set_exception(exc)
@@ -208,7 +231,9 @@ class EngineLoop:
             self.engine.abort_call(stream.call_id)
 
     def _abort_all(self) -> None:
-        for call_id in list(self._streams):
+        """Cut every call in flight for shutdown: they end with finish reason "shutdown"."""
+        for call_id, tracked in list(self._streams.items()):
+            tracked.shutdown = True
             self.engine.abort_call(call_id)
 
     def _step(self) -> None:
@@ -233,6 +258,8 @@ class EngineLoop:
                 continue
             del self._streams[out.call_id]
             completion = self._pop(out.call_id)
+            if tracked.shutdown and completion.finish_reason == FinishReason.ABORT:
+                completion = replace(completion, finish_reason=SHUTDOWN)
             rest = tracked.text.finish(completion.text)
             if out.new_token_ids or rest:
                 tracked.stream.put(StreamDelta(list(out.new_token_ids), rest))

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import grpc
 
-from engine.errors import DuplicateCallError, ProgramExistsError, UnknownProgramError
+from engine.errors import (DuplicateCallError, ProgramExistsError, ProgramLimitError,
+                           UnknownProgramError)
 
 
 class ServerError(Exception):
@@ -42,10 +43,14 @@ def status_of(exc: BaseException) -> grpc.StatusCode | None:
     """The status code for a request error, or None for an unexpected (internal) error.
 
     Engine errors: unknown or ended program -> NOT_FOUND, a taken call or program id ->
-    ALREADY_EXISTS, any other ValueError (the engine names the field first) -> INVALID_ARGUMENT.
+    ALREADY_EXISTS, a program past `max_programs` or `max_programs_per_tenant` ->
+    RESOURCE_EXHAUSTED, any other ValueError (the engine names the field first) ->
+    INVALID_ARGUMENT.
     """
     if isinstance(exc, ServerError):
         return exc.code
+    if isinstance(exc, ProgramLimitError):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED
     if isinstance(exc, UnknownProgramError):
         return grpc.StatusCode.NOT_FOUND
     if isinstance(exc, (DuplicateCallError, ProgramExistsError)):

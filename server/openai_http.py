@@ -11,7 +11,7 @@ body; an unknown id starts the program, for the bearer token's tenant (TTL expir
 No program named: the call gets a one-call program, or with `n > 1` a program of its own
 whose n threads ATLAS schedules together, ended when the request ends. A client that
 disconnects (streamed or not) aborts its calls, which frees their blocks. Errors use OpenAI's
-body, `{"error": {"message", "type", "param", "code"}}`, with 400, 401, 403, 404, 409, 429
+body, `{"error": {"message", "type", "param", "code"}}`, with 400, 401, 404, 409, 413, 429
 and 503.
 """
 
@@ -31,29 +31,34 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from engine import ChatPrompt, CompletionOutput, LLMEngine
 from engine.errors import UnknownProgramError
+from scheduler.ids import check_id
 from server import convert
-from server.auth import TokenAuth
+from server.auth import AuthError, TokenAuth
 from server.call_stream import CallStream, StreamDelta
-from server.calls import CallRequest, adder, check_owner
-from server.engine_loop import EngineLoop
+from server.calls import CallRequest, adder
+from server.engine_loop import SHUTDOWN, EngineLoop
 from server.errors import DrainingError, ServerError, message_of, status_of
 from server.metrics import CONTENT_TYPE, ServerMetrics
 from server.openai_protocol import (ChatCompletionRequest, CompletionRequest, chat_choice,
                                     chunk_delta, envelope, for_choice, now_seconds, text_choice,
                                     usage)
+from server.namespace import Namespace, new_id
+from server.prompts import PromptTokenizer
 from server.wire import message_to_dict
 
 log = logging.getLogger(__name__)
 PROGRAM_HEADERS = ("x-program-id", "x-session-id")
 DISCONNECT_POLL_SECONDS = 0.25  # how often a non-streamed request checks for its client
 CLIENT_CLOSED_REQUEST = 499     # the status logged for a request whose client went away
+BODY_OVERHEAD_BYTES = 64 << 10  # a body's room beyond its prompt
 HTTP_STATUS = {grpc.StatusCode.INVALID_ARGUMENT: 400, grpc.StatusCode.UNAUTHENTICATED: 401,
                grpc.StatusCode.PERMISSION_DENIED: 403, grpc.StatusCode.NOT_FOUND: 404,
                grpc.StatusCode.ALREADY_EXISTS: 409, grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
                grpc.StatusCode.UNAVAILABLE: 503}
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
                403: "permission_error", 404: "not_found_error", 409: "conflict_error",
-               429: "rate_limit_error", 500: "internal_error", 503: "service_unavailable"}
+               413: "invalid_request_error", 429: "rate_limit_error", 500: "internal_error",
+               503: "service_unavailable"}
 FIELD_NAME = re.compile(r"^([A-Za-z_][\w.\[\]]*)(?=:| must| is| has| exceed| leaves| \d)")
 
 
@@ -86,42 +91,82 @@ def http_error_of(exc: Exception) -> HttpError:
     return HttpError(HTTP_STATUS.get(code, 500), message, match.group(1) if match else None)
 
 
+class BodyTooLarge(Exception):
+    """A request body past the door's limit (413)."""
+
+
+class BodyLimit:
+    """ASGI middleware: an HTTP request body may be at most `max_bytes` (declared or not)."""
+
+    def __init__(self, app, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers") or ()).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            return await error_response(413, self._message())(scope, receive, send)
+        seen = 0
+
+        async def limited_receive():
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.max_bytes:
+                raise BodyTooLarge(self._message())
+            return message
+
+        await self.app(scope, limited_receive, send)
+
+    def _message(self) -> str:
+        return f"body: larger than the server's limit of {self.max_bytes} bytes"
+
+
 class OpenAIDoor:
     """The handlers; `auth=None` turns authentication off."""
 
-    def __init__(self, engine_loop: EngineLoop, auth: TokenAuth | None, metrics: ServerMetrics,
-                 model_name: str, max_model_len: int) -> None:
+    def __init__(self, engine_loop: EngineLoop, prompts: PromptTokenizer | None,
+                 auth: TokenAuth | None, metrics: ServerMetrics, model_name: str,
+                 max_model_len: int) -> None:
         self.loop = engine_loop
+        self.prompts = prompts
         self.auth = auth
         self.metrics = metrics
         self.model_name = model_name
         self.max_model_len = max_model_len
 
     # ----- plumbing ---------------------------------------------------------------------
-    def caller(self, request: Request) -> str | None:
-        """The caller's tenant with auth on; 401 without a known bearer token."""
+    def namespace(self, request: Request) -> Namespace:
+        """The caller's namespace; 401 with auth on and no usable bearer token."""
         if self.auth is None:
-            return None
-        tenant = self.auth.tenant_of(request.headers.items())
-        if tenant is None:
-            raise HttpError(401, "authorization: missing or unknown bearer token",
-                            code="invalid_api_key")
-        return tenant
+            return Namespace(None)
+        try:
+            return Namespace(self.auth.authenticate(request.headers.items()))
+        except AuthError as exc:
+            raise HttpError(401, str(exc), code="invalid_api_key") from None
+
+    def inner(self, ns: Namespace, field: str, client_id: str) -> str:
+        try:
+            return ns.inner(field, client_id)
+        except ValueError as exc:
+            raise http_error_of(exc) from None
 
     def check_model(self, model: str | None) -> None:
         if model is not None and model != self.model_name:
             raise HttpError(404, f"model: {model[:64]!r} is not served here (this server "
                                  f"serves {self.model_name!r})", "model", "model_not_found")
 
-    async def run(self, fn):
+    async def run(self, fn, ns: Namespace):
         try:
             return await self.loop.run(fn)
         except Exception as exc:
-            raise http_error_of(exc) from None
+            raise http_error_of(ns.outer_error(exc)) from None
 
     # ----- info -------------------------------------------------------------------------
     async def models(self, request: Request) -> dict[str, Any]:
-        self.caller(request)
+        self.namespace(request)
         return {"object": "list", "data": [{
             "id": self.model_name, "object": "model", "created": 0, "owned_by": "agentix",
             "max_model_len": self.max_model_len}]}
@@ -129,37 +174,28 @@ class OpenAIDoor:
     async def health(self) -> Response:
         if self.loop.draining:
             return error_response(503, "the server is shutting down")
+        if self.loop.stalled():
+            return error_response(503, "the engine has made no progress for "
+                                       f"{self.loop.stall_seconds:g} s while it has work")
         return JSONResponse({"status": "ok"})
 
     async def render_metrics(self) -> Response:
-        stats = await self.run(lambda engine: engine.stats())
+        stats = await self.run(lambda engine: engine.stats(), Namespace(None))
         return Response(self.metrics.render(stats), media_type=CONTENT_TYPE)
 
     # ----- programs ---------------------------------------------------------------------
     async def get_program(self, request: Request, program_id: str) -> dict[str, Any]:
-        caller = self.caller(request)
-
-        def get(engine: LLMEngine):
-            record = engine.get_program(program_id)
-            check_owner(record.tenant, caller, f"program_id {program_id[:64]!r}")
-            return convert.program_info(record)
-
-        return message_to_dict(await self.run(get))
+        ns = self.namespace(request)
+        inner = self.inner(ns, "program_id", program_id)
+        return message_to_dict(await self.run(
+            lambda engine: convert.program_info(engine.get_program(inner), ns.outer), ns))
 
     async def end_program(self, request: Request, program_id: str) -> dict[str, Any]:
-        caller = self.caller(request)
-        what = f"program_id {program_id[:64]!r}"
-
-        def end(engine: LLMEngine):
-            try:
-                check_owner(engine.get_program(program_id).tenant, caller, what)
-            except UnknownProgramError:  # perhaps recently ended: ending again is harmless
-                record = engine.end_program(program_id)
-                check_owner(record.tenant, caller, what)
-                return convert.program_info(record)
-            return convert.program_info(engine.end_program(program_id))
-
-        return message_to_dict(await self.run(end))
+        ns = self.namespace(request)
+        inner = self.inner(ns, "program_id", program_id)
+        # Ending a recently ended program again is harmless: its final record.
+        return message_to_dict(await self.run(
+            lambda engine: convert.program_info(engine.end_program(inner), ns.outer), ns))
 
     # ----- calls ------------------------------------------------------------------------
     async def chat(self, request: Request, body: ChatCompletionRequest) -> Response:
@@ -170,37 +206,41 @@ class OpenAIDoor:
 
     async def _generate(self, request: Request, body, kind: str,
                         prompt_of: Callable[[], str | list[int] | ChatPrompt]) -> Response:
-        caller = self.caller(request)
+        ns = self.namespace(request)
         self.check_model(body.model)
         unsupported = body.unsupported()
         if unsupported is not None:
             raise HttpError(400, f"{unsupported}: not supported by this server", unsupported)
-        try:
-            prompt = prompt_of()
-            params = body.sampling_params(body.requested_max_tokens() or self.max_model_len)
-        except ValueError as exc:
-            raise http_error_of(exc) from None
         named = next((request.headers[h] for h in PROGRAM_HEADERS if h in request.headers),
                      body.program_id)
+        try:
+            token_ids = await self.prompts.token_ids(prompt_of())
+            params = body.sampling_params(body.requested_max_tokens() or self.max_model_len)
+            if body.thread_id is not None:
+                check_id("thread_id", body.thread_id)
+            program_id = None if named is None else ns.inner("program_id", named)
+        except ValueError as exc:
+            raise http_error_of(exc) from None
         own_program = named is None and body.n > 1
-        program_id = named
         if own_program:
-            program_id = await self.run(lambda engine: engine.start_program(tenant=caller))
+            program_id = ns.inner("program_id", new_id("prog"))
+            await self.run(lambda engine: engine.start_program(program_id, ns.tenant), ns)
         streams: list[CallStream] = []
         try:
             for index in range(body.n):
                 thread = body.thread_id if body.n == 1 else f"{body.thread_id or 'choice'}-{index}"
-                streams.append(await self._submit(CallRequest(
-                    program_id=program_id, prompt=prompt, params=for_choice(params, index),
-                    caller=caller, tenant=caller, thread_id=thread,
-                    expected_tool_seconds=body.expected_tool_seconds,
+                streams.append(await self._submit(ns, CallRequest(
+                    program_id=program_id, call_id=ns.inner("call_id", new_id("call")),
+                    prompt=token_ids, params=for_choice(params, index), tenant=ns.tenant,
+                    thread_id=thread, expected_tool_seconds=body.expected_tool_seconds,
                     start_unknown=True)))
         except BaseException:
             for stream in streams:
                 stream.cancel()
             await self._end_own(own_program, program_id)
             raise
-        response_id = f"{'chatcmpl' if kind == 'chat.completion' else 'cmpl'}-{streams[0].call_id}"
+        response_id = (f"{'chatcmpl' if kind == 'chat.completion' else 'cmpl'}-"
+                       f"{ns.outer(streams[0].call_id)}")
         if body.stream:
             chunk_kind = "chat.completion.chunk" if kind == "chat.completion" else kind
             return StreamingResponse(
@@ -216,17 +256,19 @@ class OpenAIDoor:
             await self._end_own(own_program, program_id)
         if any(c.finish_reason == "error" for c in completions):
             raise HttpError(500, "internal error: the engine failed while running this call")
+        if any(c.finish_reason == SHUTDOWN for c in completions):
+            raise HttpError(503, "the server is shutting down: this call was cut; retry it")
         choose = chat_choice if kind == "chat.completion" else text_choice
         return JSONResponse(envelope(
             kind, response_id, self.model_name, now_seconds(),
             [choose(i, c, body.return_token_ids) for i, c in enumerate(completions)],
-            usage=usage(completions), program_id=program_id or ""))
+            usage=usage(completions), program_id=ns.outer(program_id) if named else ""))
 
-    async def _submit(self, call: CallRequest) -> CallStream:
+    async def _submit(self, ns: Namespace, call: CallRequest) -> CallStream:
         try:
             return await self.loop.submit(adder(call))
         except Exception as exc:
-            raise http_error_of(exc) from None
+            raise http_error_of(ns.outer_error(exc)) from None
 
     async def _end_own(self, own_program: bool, program_id: str | None) -> None:
         if own_program and program_id is not None:
@@ -334,18 +376,24 @@ def _install_errors(app: FastAPI) -> None:
         return error_response(400, f"{param or 'body'}: {first.get('msg', 'invalid request')}",
                               param)
 
+    @app.exception_handler(BodyTooLarge)
+    async def on_body_too_large(_: Request, exc: BodyTooLarge) -> JSONResponse:
+        return error_response(413, str(exc))
+
     @app.exception_handler(ServerError)
     async def on_server_error(_: Request, exc: ServerError) -> JSONResponse:
         error = http_error_of(exc)
         return error_response(error.status, error.message, error.param, error.code)
 
 
-def build_app(engine_loop: EngineLoop, auth: TokenAuth | None, metrics: ServerMetrics,
-              model_name: str, max_model_len: int) -> FastAPI:
-    """The OpenAI-compatible app (see the module docstring)."""
-    door = OpenAIDoor(engine_loop, auth, metrics, model_name, max_model_len)
+def build_app(engine_loop: EngineLoop, prompts: PromptTokenizer, auth: TokenAuth | None,
+              metrics: ServerMetrics, model_name: str, max_model_len: int) -> FastAPI:
+    """The OpenAI-compatible app (see the module docstring). A request body may be up to
+    four times the prompt limit (JSON escapes) plus room for the other fields."""
+    door = OpenAIDoor(engine_loop, prompts, auth, metrics, model_name, max_model_len)
     app = FastAPI(title="Agentix", docs_url=None, redoc_url=None, openapi_url=None)
     _install_errors(app)
+    app.add_middleware(BodyLimit, max_bytes=4 * prompts.max_prompt_bytes + BODY_OVERHEAD_BYTES)
     app.post("/v1/chat/completions")(door.chat)
     app.post("/v1/completions")(door.completions)
     app.get("/v1/models")(door.models)
@@ -358,7 +406,7 @@ def build_app(engine_loop: EngineLoop, auth: TokenAuth | None, metrics: ServerMe
 
 def build_metrics_app(engine_loop: EngineLoop, metrics: ServerMetrics) -> FastAPI:
     """/metrics and /health alone (the metrics port of a gRPC-only server)."""
-    door = OpenAIDoor(engine_loop, None, metrics, "", 0)
+    door = OpenAIDoor(engine_loop, None, None, metrics, "", 0)
     app = FastAPI(title="Agentix metrics", docs_url=None, redoc_url=None, openapi_url=None)
     app.get("/metrics")(door.render_metrics)
     app.get("/health")(door.health)

@@ -1,11 +1,14 @@
 """AgentixServicer: the agentix.v1.Agentix service (grpc.aio) over an EngineLoop.
 
-Every engine access, checks included, runs on the engine thread through the loop, so a
-request error comes back as an exception and becomes a status (server.errors.status_of):
-INVALID_ARGUMENT naming the field, NOT_FOUND for an unknown or ended program,
-ALREADY_EXISTS for a taken id, RESOURCE_EXHAUSTED at the waiting-queue bound, UNAVAILABLE
-while draining, UNAUTHENTICATED / PERMISSION_DENIED with auth on. A Generate stream whose
-client goes away (cancel, deadline, disconnect) aborts its call, which frees its blocks.
+Prompts are sized and tokenized off the engine thread (server/prompts.py); every other
+engine access, checks included, runs on the engine thread through the loop, so a request
+error comes back as an exception and becomes a status (server.errors.status_of):
+INVALID_ARGUMENT naming the field, NOT_FOUND for an unknown or ended program (or another
+tenant's: with auth on, ids live in the caller's namespace, server/namespace.py),
+ALREADY_EXISTS for a taken id, RESOURCE_EXHAUSTED at a bound, UNAVAILABLE while draining
+(a call cut by the drain ends with finish reason "shutdown", then UNAVAILABLE: retry it),
+UNAUTHENTICATED with auth on. A Generate stream whose client goes away (cancel, deadline,
+disconnect) aborts its call, which frees its blocks.
 """
 
 from __future__ import annotations
@@ -16,38 +19,39 @@ from typing import AsyncIterator, Callable, NoReturn, TypeVar
 import grpc
 
 from engine import LLMEngine
-from engine.errors import UnknownProgramError
+from scheduler.ids import check_id
 from server import agentix_pb2 as pb
-from server import agentix_pb2_grpc
 from server import calls, convert
-from server.auth import TokenAuth
+from server.auth import AuthError, TokenAuth
 from server.call_stream import StreamDelta
-from server.engine_loop import EngineLoop
-from server.calls import check_owner
+from server.engine_loop import SHUTDOWN, EngineLoop
 from server.errors import DrainingError, message_of, status_of
+from server.namespace import Namespace, new_id
+from server.prompts import PromptTokenizer
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Agentix"].full_name
 
 
-class AgentixServicer(agentix_pb2_grpc.AgentixServicer):
+class AgentixServicer:
     """Handlers run on the server's asyncio loop; `auth=None` turns authentication off."""
 
-    def __init__(self, engine_loop: EngineLoop, auth: TokenAuth | None = None) -> None:
+    def __init__(self, engine_loop: EngineLoop, prompts: PromptTokenizer,
+                 auth: TokenAuth | None = None) -> None:
         self.loop = engine_loop
+        self.prompts = prompts
         self.auth = auth
 
     # ----- plumbing ---------------------------------------------------------------------
-    async def _caller(self, context: grpc.aio.ServicerContext) -> str | None:
-        """The caller's tenant with auth on (UNAUTHENTICATED without a known token)."""
+    async def _namespace(self, context: grpc.aio.ServicerContext) -> Namespace:
+        """The caller's namespace (UNAUTHENTICATED with auth on and no usable token)."""
         if self.auth is None:
-            return None
-        tenant = self.auth.tenant_of(context.invocation_metadata())
-        if tenant is None:
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED,
-                                "authorization: missing or unknown bearer token")
-        return tenant
+            return Namespace(None)
+        try:
+            return Namespace(self.auth.authenticate(context.invocation_metadata()))
+        except AuthError as exc:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
 
     async def _fail(self, context: grpc.aio.ServicerContext, exc: Exception) -> NoReturn:
         code = status_of(exc)
@@ -56,115 +60,112 @@ class AgentixServicer(agentix_pb2_grpc.AgentixServicer):
             await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {message_of(exc)}")
         await context.abort(code, message_of(exc))
 
-    async def _run(self, context: grpc.aio.ServicerContext, fn: Callable[[LLMEngine], T]) -> T:
+    async def _run(self, context: grpc.aio.ServicerContext, ns: Namespace,
+                   fn: Callable[[LLMEngine], T]) -> T:
         try:
             return await self.loop.run(fn)
         except Exception as exc:
+            await self._fail(context, ns.outer_error(exc))
+
+    async def _inner(self, context: grpc.aio.ServicerContext, ns: Namespace, field: str,
+                     client_id: str) -> str:
+        try:
+            return ns.inner(field, client_id)
+        except ValueError as exc:
             await self._fail(context, exc)
 
     # ----- programs ---------------------------------------------------------------------
     async def StartProgram(self, request: pb.StartProgramRequest,
                            context: grpc.aio.ServicerContext) -> pb.StartProgramResponse:
-        caller = await self._caller(context)
-        tenant = caller if self.auth is not None else (request.tenant or None)
-        proposed = request.program_id or None
+        ns = await self._namespace(context)
+        tenant = ns.tenant if self.auth is not None else (request.tenant or None)
+        if tenant is not None and self.auth is None:
+            try:
+                check_id("tenant", tenant)
+            except ValueError as exc:
+                await self._fail(context, exc)
+        program_id = await self._inner(context, ns, "program_id",
+                                       request.program_id or new_id("prog"))
 
         def start(engine: LLMEngine) -> str:
             if self.loop.draining:
                 raise DrainingError("the server is shutting down: no new programs")
-            return engine.start_program(proposed, tenant)
+            return engine.start_program(program_id, tenant)
 
-        return pb.StartProgramResponse(program_id=await self._run(context, start))
+        started = await self._run(context, ns, start)
+        return pb.StartProgramResponse(program_id=ns.outer(started))
 
     async def EndProgram(self, request: pb.EndProgramRequest,
                          context: grpc.aio.ServicerContext) -> pb.ProgramInfo:
-        caller = await self._caller(context)
-        program_id = request.program_id
-        if not program_id:
-            await self._fail(context, ValueError("program_id: must not be empty"))
-        what = f"program_id {program_id!r}"
+        ns = await self._namespace(context)
+        program_id = await self._inner(context, ns, "program_id", request.program_id)
 
         def end(engine: LLMEngine) -> pb.ProgramInfo:
-            try:
-                live = engine.get_program(program_id)
-            except UnknownProgramError:  # perhaps recently ended: ending again is harmless
-                record = engine.end_program(program_id, request.failed)
-                check_owner(record.tenant, caller, what)
-            else:
-                check_owner(live.tenant, caller, what)
-                record = engine.end_program(program_id, request.failed)
-            return convert.program_info(record)
+            # Ending a recently ended program again is harmless: its final record.
+            return convert.program_info(engine.end_program(program_id, request.failed),
+                                        ns.outer)
 
-        return await self._run(context, end)
+        return await self._run(context, ns, end)
 
     async def GetProgram(self, request: pb.GetProgramRequest,
                          context: grpc.aio.ServicerContext) -> pb.ProgramInfo:
-        caller = await self._caller(context)
-        program_id = request.program_id
-        if not program_id:
-            await self._fail(context, ValueError("program_id: must not be empty"))
-
-        def get(engine: LLMEngine) -> pb.ProgramInfo:
-            record = engine.get_program(program_id)
-            check_owner(record.tenant, caller, f"program_id {program_id!r}")
-            return convert.program_info(record)
-
-        return await self._run(context, get)
+        ns = await self._namespace(context)
+        program_id = await self._inner(context, ns, "program_id", request.program_id)
+        return await self._run(context, ns, lambda engine: convert.program_info(
+            engine.get_program(program_id), ns.outer))
 
     # ----- calls ------------------------------------------------------------------------
     async def Generate(self, request: pb.GenerateRequest,
                        context: grpc.aio.ServicerContext) -> AsyncIterator[pb.GenerateResponse]:
-        caller = await self._caller(context)
+        ns = await self._namespace(context)
         try:
-            prompt = convert.prompt(request)
-            params = convert.sampling_params(request.sampling)
-        except ValueError as exc:
-            await self._fail(context, exc)
-        add = calls.adder(calls.CallRequest(
-            program_id=request.program_id or None, prompt=prompt, params=params,
-            caller=caller, tenant=caller, thread_id=request.thread_id or None,
-            call_id=request.call_id or None,
-            expected_tool_seconds=(request.expected_tool_seconds
-                                   if request.HasField("expected_tool_seconds") else None)))
-        try:
-            stream = await self.loop.submit(add)
+            call = calls.CallRequest(
+                program_id=(ns.inner("program_id", request.program_id)
+                            if request.program_id else None),
+                call_id=ns.inner("call_id", request.call_id or new_id("call")),
+                prompt=await self.prompts.token_ids(convert.prompt(request)),
+                params=convert.sampling_params(request.sampling), tenant=ns.tenant,
+                thread_id=(check_thread(request.thread_id) if request.thread_id else None),
+                expected_tool_seconds=(request.expected_tool_seconds
+                                       if request.HasField("expected_tool_seconds") else None))
+            stream = await self.loop.submit(calls.adder(call))
         except Exception as exc:
-            await self._fail(context, exc)
+            await self._fail(context, ns.outer_error(exc))
+        call_id = ns.outer(stream.call_id)
         try:
             async for item in stream:
                 if isinstance(item, StreamDelta):
-                    yield convert.delta(stream.call_id, item.token_ids, item.text)
-                else:
-                    yield convert.final(item.completion)
+                    yield convert.delta(call_id, item.token_ids, item.text)
+                    continue
+                yield convert.final(item.completion, call_id)
+                if item.completion.finish_reason == SHUTDOWN:
+                    await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                        "the server is shutting down: this call was cut; retry it")
         finally:
             stream.cancel()  # the client went away before the final item: abort the call
 
     async def Abort(self, request: pb.AbortRequest,
                     context: grpc.aio.ServicerContext) -> pb.AbortResponse:
-        caller = await self._caller(context)
-        call_id = request.call_id
-        if not call_id:
-            await self._fail(context, ValueError("call_id: must not be empty"))
+        ns = await self._namespace(context)
+        call_id = await self._inner(context, ns, "call_id", request.call_id)
 
         def abort(engine: LLMEngine) -> bool:
             call = engine.calls.get(call_id)
             if call is None or call.is_finished:
                 return False
-            check_owner(engine.get_program(call.program_id).tenant, caller,
-                        f"call_id {call_id!r}")
             engine.abort_call(call_id)
             return True
 
-        return pb.AbortResponse(aborted=await self._run(context, abort))
+        return pb.AbortResponse(aborted=await self._run(context, ns, abort))
 
     async def ModelInfo(self, request: pb.ModelInfoRequest,
                         context: grpc.aio.ServicerContext) -> pb.ModelInfoResponse:
-        await self._caller(context)
-        return await self._run(context, convert.model_info)
+        ns = await self._namespace(context)
+        return await self._run(context, ns, convert.model_info)
 
     async def EngineStats(self, request: pb.EngineStatsRequest,
                           context: grpc.aio.ServicerContext) -> pb.EngineStatsResponse:
-        caller = await self._caller(context)
+        ns = await self._namespace(context)
         try:
             limit = convert.top_programs(request)
         except ValueError as exc:
@@ -172,6 +173,13 @@ class AgentixServicer(agentix_pb2_grpc.AgentixServicer):
 
         def stats(engine: LLMEngine) -> pb.EngineStatsResponse:
             # With auth on, a tenant sees the load but only its own programs.
-            return convert.engine_stats(engine.stats(), engine.programs_by_service(limit, caller))
+            return convert.engine_stats(engine.stats(),
+                                        engine.programs_by_service(limit, ns.tenant), ns.outer)
 
-        return await self._run(context, stats)
+        return await self._run(context, ns, stats)
+
+
+def check_thread(thread_id: str) -> str:
+    """A client's thread id, checked like every id (ValueError naming thread_id)."""
+    check_id("thread_id", thread_id)
+    return thread_id

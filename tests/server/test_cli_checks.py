@@ -33,7 +33,9 @@ from server.cli_checks import engine_config, serve_setup
 from server.client import AgentixClient
 from server.top import COUNTERS, render
 
-LOAD_FACTOR = 1.6
+# The poisoned weights prove no failure loads the model (a load would fail differently);
+# the time bound only adds that a failure costs about an import, with room for a busy CPU.
+LOAD_FACTOR = 2.5
 
 
 @pytest.fixture(scope="module")

@@ -259,30 +259,32 @@ def test_401_without_a_known_bearer_token(auth_server, baseline, authorization):
 
 # ----- 403 ----------------------------------------------------------------------------
 
-def test_403_another_tenants_program(auth_server, baseline):
-    pid = "prog-of-a-403"
+def test_another_tenants_program_is_not_found(auth_server, baseline):
+    """Ids live in the caller's namespace: B cannot read or end A's program (404, the body
+    a missing program gets: no existence oracle), and B naming the same id gets a program of
+    its own, leaving A's untouched."""
+    pid = "prog-of-a"
     status, answer = http(auth_server, "POST", "/v1/chat/completions", chat(), TOKEN_A,
                           {"X-Program-Id": pid})
     assert status == 200 and answer["program_id"] == pid, answer
-    for method, path, body, headers in (
-            ("GET", f"/v1/programs/{pid}", None, None),
-            ("POST", f"/v1/programs/{pid}:end", None, None),
-            ("POST", "/v1/chat/completions", chat(), {"X-Program-Id": pid}),
-            ("POST", "/v1/chat/completions", chat(), {"X-Session-Id": pid}),
-            ("POST", "/v1/chat/completions", chat(program_id=pid), None),
-            ("POST", "/v1/completions", completion(stream=True), {"X-Program-Id": pid})):
-        status, answer = http(auth_server, method, path, body, TOKEN_B, headers)
-        assert_error(status, answer, 403, "permission_error", (pid, "another tenant"))
-    # A's program is untouched: still active, still one call, still A's
+    missing = http(auth_server, "GET", "/v1/programs/never-started", token=TOKEN_B)[1]
+    for method, path in (("GET", f"/v1/programs/{pid}"), ("POST", f"/v1/programs/{pid}:end")):
+        status, answer = http(auth_server, method, path, token=TOKEN_B)
+        assert_error(status, answer, 404, "not_found_error", (pid, "not an active program"))
+        assert answer == {"error": {**missing["error"], "message": missing["error"][
+            "message"].replace("never-started", pid)}}
+    for headers, body in (({"X-Program-Id": pid}, chat()), ({"X-Session-Id": pid}, chat()),
+                          (None, chat(program_id=pid))):
+        status, answer = http(auth_server, "POST", "/v1/chat/completions", body, TOKEN_B, headers)
+        assert status == 200 and answer["program_id"] == pid, answer
+    status, mine = http(auth_server, "GET", f"/v1/programs/{pid}", token=TOKEN_B)
+    assert (mine["tenant"], mine["num_calls"]) == ("team-b", 3), mine
     status, info = http(auth_server, "GET", f"/v1/programs/{pid}", token=TOKEN_A)
-    assert status == 200, info
     assert (info["tenant"], info["state"], info["num_calls"]) == ("team-a", "active", 1)
     assert_healthy(auth_server, baseline, TOKEN_A)
-    status, info = http(auth_server, "POST", f"/v1/programs/{pid}:end", token=TOKEN_A)
-    assert status == 200 and info["state"] == "completed", info
-    # ending it again is harmless for its owner, still forbidden to others
-    status, answer = http(auth_server, "POST", f"/v1/programs/{pid}:end", token=TOKEN_B)
-    assert_error(status, answer, 403, "permission_error", (pid, "another tenant"))
+    for token in (TOKEN_A, TOKEN_B):
+        status, info = http(auth_server, "POST", f"/v1/programs/{pid}:end", token=token)
+        assert status == 200 and info["state"] == "completed", info
     assert_healthy(auth_server, baseline, TOKEN_A)
 
 

@@ -85,8 +85,17 @@ def test_shutdown_aborts_calls_past_the_grace_period(tiny_llama_dir):
         in_flight = stub.Generate(gen_request([1, 5, 6], max_tokens=240, ignore_eos=True))
         next(in_flight)
         server.stop(grace=0.0)
-        ids, _, final = collect(in_flight)
-        assert final.finish_reason == "abort" and len(ids) < 239
+        # The call is cut with its own reason and a retryable status, after its final message.
+        responses = []
+        with pytest.raises(grpc.RpcError) as info:
+            for response in in_flight:
+                responses.append(response)
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "retry" in info.value.details()
+        final = responses[-1].final
+        streamed = [t for r in responses[:-1] for t in r.delta.token_ids]
+        assert final.finish_reason == "shutdown" and len(streamed) < 239
+        assert final.usage.completion_tokens == len(streamed) + 1
 
 
 def test_idle_programs_expire_while_the_server_idles(tiny_llama_dir):

@@ -1,0 +1,54 @@
+"""Prompts are sized, tokenized and checked off the engine thread.
+
+A text prompt larger than `max_prompt_bytes` (UTF-8) is refused before it is tokenized; the
+rest are tokenized on a small thread pool (the Rust tokenizer releases the GIL), so a client
+sending huge prompts never holds up the engine's steps. The engine thread only re-checks
+the token ids it is given, which is cheap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+
+from engine import ChatPrompt, LLMEngine
+
+DEFAULT_MAX_PROMPT_BYTES = 1 << 20  # 1 MiB of text: far past any context this engine serves
+TOKENIZER_THREADS = 1  # huge prompts queue behind each other, not beside the engine
+
+
+def prompt_bytes(prompt: str | list[int] | ChatPrompt) -> int:
+    """A prompt's size as the limit counts it: UTF-8 bytes of text (a chat's contents and
+    roles), 4 bytes per token id."""
+    if isinstance(prompt, str):
+        return len(prompt.encode("utf-8", "surrogatepass"))
+    if isinstance(prompt, ChatPrompt):
+        return sum(len(role.encode("utf-8", "surrogatepass"))
+                   + len(content.encode("utf-8", "surrogatepass"))
+                   for role, content in prompt.messages)
+    return 4 * len(prompt)
+
+
+class PromptTokenizer:
+    """Turns a front door's prompt into checked token ids, off the engine thread."""
+
+    def __init__(self, engine: LLMEngine, max_prompt_bytes: int = DEFAULT_MAX_PROMPT_BYTES
+                 ) -> None:
+        if max_prompt_bytes <= 0:
+            raise ValueError(f"max_prompt_bytes: must be positive, got {max_prompt_bytes}")
+        self._engine = engine
+        self.max_prompt_bytes = max_prompt_bytes
+        self._pool = ThreadPoolExecutor(TOKENIZER_THREADS, thread_name_prefix="agentix-tokenize")
+
+    async def token_ids(self, prompt: str | list[int] | ChatPrompt) -> list[int]:
+        """The prompt's token ids; ValueError naming `prompt` when it is too large or the
+        engine would refuse it (empty, outside the vocabulary, too long)."""
+        size = prompt_bytes(prompt)
+        if size > self.max_prompt_bytes:
+            raise ValueError(f"prompt: {size} bytes exceed the server's limit of "
+                             f"{self.max_prompt_bytes} (max_prompt_bytes)")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self._engine.tokenize_prompt, prompt)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
