@@ -24,7 +24,8 @@ seconds begins. Victim tokens/s = tokens delivered inside the window / its lengt
                 --rss-guard-mb (`rss_guard_hit`).
 
 Refusals (INVALID_ARGUMENT, RESOURCE_EXHAUSTED) are normal for attackers: counted, then the
-attacker loops on. Per phase: the victim's tokens/s, its ratio to alone, attack requests
+attacker loops on. An attack request is accepted once StartProgram returns or a call's first
+response arrives; calls still streaming when the phase ends are cancelled. Per phase: the victim's tokens/s, its ratio to alone, attack requests
 accepted / refused (by status) / failed otherwise, and the server's RSS before and after.
 Between phases the script waits until the server has no running or waiting calls.
 """
@@ -185,6 +186,14 @@ def attacker(kind: str, address: str, spec: dict[str, Any], index: int, ready: A
     elif kind in ("stop_list", "plain_calls"):
         stops = stop_list(*spec["stop"], seed=index) if kind == "stop_list" else []
         request = generate_request(ATTACK_PROMPT, spec["max_tokens"], stops)
+    current: list[Any] = [None]
+
+    def cancel_at_stop() -> None:  # a call still streaming when the phase ends is cancelled
+        stop.wait()
+        if current[0] is not None:
+            current[0].cancel()
+
+    threading.Thread(target=cancel_at_stop, daemon=True).start()
     ready.set()
     go.wait()
     started = time.monotonic()
@@ -197,12 +206,18 @@ def attacker(kind: str, address: str, spec: dict[str, Any], index: int, ready: A
                 pid = long_id(prefix, spec["id_bytes"]) if spec["id_bytes"] > len(prefix) \
                     else prefix
                 stub.StartProgram(pb.StartProgramRequest(program_id=pid), timeout=60)
+                counts["accepted"] += 1
             else:
-                for _ in stub.Generate(request, timeout=120):
-                    pass
-            counts["accepted"] += 1
+                current[0] = stub.Generate(request, timeout=300)
+                if stop.is_set():
+                    current[0].cancel()
+                for i, _ in enumerate(current[0]):
+                    counts["accepted"] += i == 0  # taken: its first response came
         except grpc.RpcError as error:
             code = code_name(error)
+            if code == "CANCELLED" and stop.is_set():
+                counts["cancelled_at_end"] = counts.get("cancelled_at_end", 0) + 1
+                break
             bucket = counts["refused"] if code in REFUSED else counts["failed"]
             bucket[code] = bucket.get(code, 0) + 1
             if code not in REFUSED:
@@ -214,10 +229,11 @@ def attacker(kind: str, address: str, spec: dict[str, Any], index: int, ready: A
 
 
 def merge_counts(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    total: dict[str, Any] = {"accepted": 0, "refused": {}, "failed": {}, "requests": 0}
+    total: dict[str, Any] = {"accepted": 0, "refused": {}, "failed": {}, "requests": 0,
+                             "cancelled_at_end": 0}
     for part in parts:
-        total["accepted"] += part["accepted"]
-        total["requests"] += part["requests"]
+        for key in ("accepted", "requests", "cancelled_at_end"):
+            total[key] += part.get(key, 0)
         for key in ("refused", "failed"):
             for code, n in part[key].items():
                 total[key][code] = total[key].get(code, 0) + n

@@ -18,10 +18,10 @@ The text it hands out is append-only and, after every token, equals the full dec
 at a character boundary is the matching part of the full decode (byte-level BPE, SentencePiece,
 word-level). Two bounded fallbacks keep the window small even on odd output: a window whose
 text keeps ending in U+FFFD for MAX_PENDING_TOKENS tokens (invalid bytes that no later token
-can complete) is settled as it is, U+FFFD included; and one that grows past MAX_WINDOW_TOKENS
-without new text (special tokens, which decode to nothing) is cut back to its pending tokens.
-Only there may the handed-out text differ from the full decode (a replacement character, or a
-SentencePiece leading space), and the engine's final text is the full decode anyway.
+can complete) is settled as it is, U+FFFD included (only there may the handed-out text differ
+from the full decode, by a replacement character; the engine's final text is the full decode
+anyway); and tokens that settle with no text at all (special tokens, which decode to nothing)
+are dropped from the window, so a long run of them does not widen it.
 
 `StopStringMatcher` finds the first stop string in such a stream of text: each push searches
 only the new text plus the previous (longest stop - 1) characters, since a stop string that was
@@ -36,8 +36,7 @@ import functools
 from typing import Callable, Sequence
 
 REPLACEMENT = "\ufffd"
-MAX_PENDING_TOKENS = 8   # a pending window that long is settled as it is (U+FFFD and all)
-MAX_WINDOW_TOKENS = 32   # a window that long is cut back to its pending tokens
+MAX_PENDING_TOKENS = 8  # ids pending that long are settled as they are (U+FFFD and all)
 
 Decode = Callable[[list[int]], str]
 
@@ -83,14 +82,14 @@ class IncrementalDetokenizer:
             self._pending_chars = end - self._context_chars
             return self._emit(text[start:end])
         new = text[start:]
-        if len(text) > self._context_chars or len(window) > MAX_WINDOW_TOKENS:
+        if len(text) > self._context_chars:
             # The pending ids become the context; what came before them is no longer needed.
             del window[:self._read]
             self._context_chars = len(self._decode(window))
         else:
-            # No new text (special tokens): keep the context, which still gives the next
-            # token its leading space.
-            self._context_chars = len(text)
+            # No text at all (skipped special tokens): drop them and keep the context, which
+            # still gives the next token its leading space.
+            del window[self._read:]
         self._read = len(window)
         self._pending_chars = 0
         return self._emit(new)

@@ -22,8 +22,12 @@ def start(model_dir: str, **kwargs):
     """A server over the tiny model; kwargs split into start_server's and engine config's."""
     from server.app import start_server
 
-    names = ("auth_tokens", "max_waiting", "grace", "host", "port")
-    server_kwargs = {k: kwargs.pop(k) for k in names if k in kwargs}
+    from dataclasses import fields
+
+    from server.app import ServeOptions
+
+    names = {f.name for f in fields(ServeOptions)}
+    server_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in names}
     return start_server(server_config(model_dir, **kwargs), **server_kwargs)
 
 

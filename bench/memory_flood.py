@@ -1,0 +1,202 @@
+"""How much memory can a client make the server hold? Server RSS under two StartProgram floods.
+
+    python -m bench.memory_flood [--model DIR] [--server-root DIR] [--json]
+
+Method. Each flood gets a fresh server process (`python -m server.cli serve --model DIR
+--port 0`, cwd and PYTHONPATH `--server-root`; see bench.stall.Server), so that one flood's
+programs cannot fill a program cap the other would then hit. After a warm-up (a few short
+programs started and ended, one short call) and a 1 s settle, the server's RSS (psutil, on the
+server's pid) is the baseline; after each flood step it is read again after --settle seconds.
+
+  program_flood  --programs (200) StartProgram calls, each with its own 1 MB program id,
+                 never ended.
+  tenant_flood   --cycles (5) cycles of --cycle-programs (100) programs, each started with its
+                 own 1 MB tenant name (without auth the request's tenant field is used) and
+                 ended at once; RSS after every cycle.
+
+Every refusal (by status: INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ...) is counted and the flood
+goes on. Reported: RSS before and after (after each cycle), growth in MB, and the requests
+accepted and refused. Default model: the tiny test model (/tmp/tinyllm, built if missing);
+memory figures do not need SmolLM2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from bench.stall import MB, REPO_ROOT, Server, code_name, git_commit, long_id
+from server import agentix_pb2 as pb
+from server import agentix_pb2_grpc
+
+TINY_DIR = Path("/tmp/tinyllm")
+
+
+def ensure_tiny_model(path: Path = TINY_DIR) -> str:
+    """The tiny llama of the tests (tests/tiny_llama.py), built once at `path`."""
+    if not (path / "config.json").exists() or not (path / "tokenizer.json").exists():
+        sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "tests")]
+        from tiny_llama import build_tiny_llama, save_word_tokenizer
+        build_tiny_llama(str(path), tie_word_embeddings=True)
+        save_word_tokenizer(str(path))
+    return str(path)
+
+
+class Counter:
+    """Accepted requests and refusals by status code."""
+
+    def __init__(self) -> None:
+        self.accepted = 0
+        self.refused: dict[str, int] = {}
+
+    def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            result = fn(*args, **kwargs)
+        except grpc.RpcError as error:
+            code = code_name(error)
+            self.refused[code] = self.refused.get(code, 0) + 1
+            return None
+        self.accepted += 1
+        return result
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"accepted": self.accepted, "refused": dict(self.refused),
+                "refused_total": sum(self.refused.values())}
+
+
+def connect(server: Server) -> tuple[grpc.Channel, agentix_pb2_grpc.AgentixStub]:
+    channel = grpc.insecure_channel(server.address,
+                                    options=[("grpc.max_send_message_length", -1)])
+    return channel, agentix_pb2_grpc.AgentixStub(channel)
+
+
+def warm_up(stub: agentix_pb2_grpc.AgentixStub, settle: float) -> None:
+    for i in range(5):
+        started = stub.StartProgram(pb.StartProgramRequest(tenant=f"warm-{i}"), timeout=60)
+        stub.EndProgram(pb.EndProgramRequest(program_id=started.program_id), timeout=60)
+    request = pb.GenerateRequest(sampling=pb.SamplingParams(max_tokens=8, ignore_eos=True))
+    request.token_ids.ids.extend([5, 6, 7, 8])
+    for _ in stub.Generate(request, timeout=120):
+        pass
+    time.sleep(settle)
+
+
+def program_flood(server: Server, args: argparse.Namespace) -> dict[str, Any]:
+    channel, stub = connect(server)
+    warm_up(stub, args.settle)
+    before = server.rss_mb()
+    counter = Counter()
+    started = time.monotonic()
+    for n in range(args.programs):
+        counter.call(stub.StartProgram,
+                     pb.StartProgramRequest(program_id=long_id(f"flood-{n}-", args.id_bytes)),
+                     timeout=60)
+    seconds = time.monotonic() - started
+    time.sleep(args.settle)
+    after = server.rss_mb()
+    channel.close()
+    return {"requests": args.programs, "id_bytes": args.id_bytes, **counter.as_dict(),
+            "flood_s": round(seconds, 2), "rss_mb_before": round(before, 1),
+            "rss_mb_after": round(after, 1), "growth_mb": round(after - before, 1)}
+
+
+def tenant_flood(server: Server, args: argparse.Namespace) -> dict[str, Any]:
+    channel, stub = connect(server)
+    warm_up(stub, args.settle)
+    before = server.rss_mb()
+    starts, ends = Counter(), Counter()
+    cycles = []
+    started = time.monotonic()
+    for cycle in range(args.cycles):
+        for n in range(args.cycle_programs):
+            tenant = long_id(f"tenant-{cycle}-{n}-", args.id_bytes)
+            reply = starts.call(stub.StartProgram, pb.StartProgramRequest(tenant=tenant),
+                                timeout=60)
+            if reply is not None:
+                ends.call(stub.EndProgram, pb.EndProgramRequest(program_id=reply.program_id),
+                          timeout=60)
+        time.sleep(args.settle)
+        rss = server.rss_mb()
+        cycles.append({"cycle": cycle + 1, "rss_mb": round(rss, 1),
+                       "growth_mb": round(rss - before, 1)})
+    seconds = time.monotonic() - started
+    channel.close()
+    after = cycles[-1]["rss_mb"] if cycles else before
+    growth = after - before
+    return {"cycles": args.cycles, "cycle_programs": args.cycle_programs,
+            "tenant_bytes": args.id_bytes, "starts": starts.as_dict(), "ends": ends.as_dict(),
+            "flood_s": round(seconds, 2), "rss_mb_before": round(before, 1),
+            "rss_mb_after": round(after, 1), "growth_mb": round(growth, 1),
+            "growth_mb_per_cycle": round(growth / args.cycles, 1) if args.cycles else 0.0,
+            "per_cycle": cycles}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.memory_flood", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", help=f"model directory (default: the tiny model, {TINY_DIR})")
+    parser.add_argument("--server-root", type=Path, default=REPO_ROOT,
+                        help="checkout whose server code runs (default: this repository)")
+    parser.add_argument("--programs", type=int, default=200, help="program_flood's programs")
+    parser.add_argument("--cycles", type=int, default=5, help="tenant_flood's cycles")
+    parser.add_argument("--cycle-programs", type=int, default=100,
+                        help="programs started and ended per tenant_flood cycle")
+    parser.add_argument("--id-bytes", type=int, default=MB,
+                        help="length of each program id / tenant name")
+    parser.add_argument("--settle", type=float, default=1.0,
+                        help="seconds to wait before each RSS reading")
+    parser.add_argument("--floods", default="program_flood,tenant_flood",
+                        help="comma-separated floods to run")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    model = args.model or ensure_tiny_model()
+    floods = {"program_flood": program_flood, "tenant_flood": tenant_flood}
+    started = time.monotonic()
+    report: dict[str, Any] = {
+        "bench": "memory_flood", "model": model,
+        "server_root": str(args.server_root.resolve()),
+        "server_commit": git_commit(args.server_root), "floods": {}}
+    for name in (f.strip() for f in args.floods.split(",") if f.strip()):
+        flood_started = time.monotonic()
+        with Server(model, args.server_root) as server:
+            result = floods[name](server, args)
+        result["run_s"] = round(time.monotonic() - flood_started, 1)
+        report["floods"][name] = result
+    report["total_s"] = round(time.monotonic() - started, 1)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print_table(report)
+    return report
+
+
+def print_table(report: dict[str, Any]) -> None:
+    print(f"server RSS, server {report['server_root']} "
+          f"({(report['server_commit'] or '?')[:10]})")
+    print("| flood | requests | accepted | refused | RSS before MB | RSS after MB | growth MB |")
+    print("|---|---|---|---|---|---|---|")
+    for name, r in report["floods"].items():
+        if name == "program_flood":
+            requests, counts = r["requests"], r
+        else:
+            requests, counts = r["cycles"] * r["cycle_programs"], r["starts"]
+        print(f"| {name} | {requests} | {counts['accepted']} | {counts['refused_total']} | "
+              f"{r['rss_mb_before']} | {r['rss_mb_after']} | {r['growth_mb']} |")
+    tenant = report["floods"].get("tenant_flood")
+    if tenant:
+        print("tenant_flood RSS growth after each cycle (MB): "
+              + ", ".join(str(c["growth_mb"]) for c in tenant["per_cycle"]))
+
+
+if __name__ == "__main__":
+    main()
