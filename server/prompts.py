@@ -1,20 +1,31 @@
 """Prompts are sized, tokenized and checked off the engine thread.
 
 A text prompt larger than `max_prompt_bytes` (UTF-8) is refused before it is tokenized; the
-rest are tokenized on a small thread pool (the Rust tokenizer releases the GIL), so a client
-sending huge prompts never holds up the engine's steps. The engine thread only re-checks
+rest are tokenized on one thread of lower OS priority (the tokenizer releases the GIL while it
+works), so a client sending huge prompts never holds up the engine's steps. The engine thread only re-checks
 the token ids it is given, which is cheap.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from engine import ChatPrompt, LLMEngine
 
 DEFAULT_MAX_PROMPT_BYTES = 1 << 20  # 1 MiB of text: far past any context this engine serves
 TOKENIZER_THREADS = 1  # huge prompts queue behind each other, not beside the engine
+TOKENIZER_NICENESS = 10  # the OS runs the engine's steps first when cores are short
+
+
+def _lower_priority() -> None:
+    """Run this (tokenizer) thread at a lower OS priority, where the OS allows it."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), TOKENIZER_NICENESS)
+    except (AttributeError, OSError):  # not Linux, or not permitted: same priority then
+        pass
 
 
 def prompt_bytes(prompt: str | list[int] | ChatPrompt) -> int:
@@ -38,7 +49,8 @@ class PromptTokenizer:
             raise ValueError(f"max_prompt_bytes: must be positive, got {max_prompt_bytes}")
         self._engine = engine
         self.max_prompt_bytes = max_prompt_bytes
-        self._pool = ThreadPoolExecutor(TOKENIZER_THREADS, thread_name_prefix="agentix-tokenize")
+        self._pool = ThreadPoolExecutor(TOKENIZER_THREADS, thread_name_prefix="agentix-tokenize",
+                                        initializer=_lower_priority)
 
     async def token_ids(self, prompt: str | list[int] | ChatPrompt) -> list[int]:
         """The prompt's token ids; ValueError naming `prompt` when it is too large or the
