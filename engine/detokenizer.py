@@ -1,27 +1,28 @@
 """Incremental detokenization and stop-string scanning, at a cost per new token that does not
 grow with the length of the output.
 
-`IncrementalDetokenizer` turns a stream of token ids into a stream of text. Decoding a token on
-its own is not enough (a byte-level token may hold half a UTF-8 character, and tokenizers such
-as SentencePiece drop the leading space of the first token they decode), and decoding the
-whole output again for every token costs O(n) per token. So it keeps a short window: the
-tokens from `prefix_offset` on, where the first `read_offset` of them (the context: the tokens
-settled last time) have already been turned into text. Each push decodes only that window;
-what the window's text has beyond the context's text is the new text. When the window's text
-ends in U+FFFD (a character not complete yet) its tokens stay pending, and only the text
-before the trailing U+FFFD is handed out; once it ends in a complete character, the pending
-tokens become the next context and everything before them is dropped. Two decodes of a few
-tokens per settled token, whatever the output's length.
+`IncrementalDetokenizer` turns a stream of token ids into a stream of text. Decoding each token
+on its own is wrong (a byte-level token may hold part of a UTF-8 character, and SentencePiece
+and word-level tokenizers give a token its leading space only after another token), and
+decoding the whole output again for every token costs O(n) per token. So it decodes a short
+window of recent tokens (from the prefix offset on) and keeps a read offset into the window's
+text: what lies beyond it is new. The read offset is kept in characters rather than tokens, a
+variant of the usual prefix_offset/read_offset scheme: byte-level BPE tokens often straddle
+characters (CJK, emoji), so the text may not end on a token boundary for many tokens in a row.
+Up to three trailing U+FFFD are held back, since they may be a character not complete yet (one
+U+FFFD for a truncated sequence in byte-level BPE, one per byte in SentencePiece's byte
+fallback, a sequence being at most 3 bytes short). Once the window holds 2 * WINDOW_TOKENS
+tokens it slides to its last WINDOW_TOKENS, after checking that their text ends exactly as the
+window's did after the read offset. Tokens that add no text while nothing is pending (skipped
+special tokens) are dropped from the window at once. Per token: one decode of at most
+2 * WINDOW_TOKENS tokens, plus one of WINDOW_TOKENS every WINDOW_TOKENS tokens.
 
 The text it hands out is append-only and, after every token, equals the full decode
-(`decode(all_ids)`) less its trailing U+FFFDs, for tokenizers whose decode of a window starting
-at a character boundary is the matching part of the full decode (byte-level BPE, SentencePiece,
-word-level). Two bounded fallbacks keep the window small even on odd output: a window whose
-text keeps ending in U+FFFD for MAX_PENDING_TOKENS tokens (invalid bytes that no later token
-can complete) is settled as it is, U+FFFD included (only there may the handed-out text differ
-from the full decode, by a replacement character; the engine's final text is the full decode
-anyway); and tokens that settle with no text at all (special tokens, which decode to nothing)
-are dropped from the window, so a long run of them does not widen it.
+(`decode(all_ids)`) less its (up to 3) trailing U+FFFD, for tokenizers whose decode of a window
+ends as the full decode does: byte-level BPE, SentencePiece, word-level. (Should the check
+before a slide keep failing, a window of 4 * WINDOW_TOKENS slides anyway, so the cost stays
+bounded whatever the tokenizer; only then could the text differ from the full decode. The
+engine's final text is the full decode in any case.)
 
 `StopStringMatcher` finds the first stop string in such a stream of text: each push searches
 only the new text plus the previous (longest stop - 1) characters, since a stop string that was
@@ -36,7 +37,8 @@ import functools
 from typing import Callable, Sequence
 
 REPLACEMENT = "\ufffd"
-MAX_PENDING_TOKENS = 8  # ids pending that long are settled as they are (U+FFFD and all)
+MAX_HELD_REPLACEMENTS = 3  # trailing U+FFFD that a later token may still turn into a character
+WINDOW_TOKENS = 8          # tokens a window keeps when it slides (it slides at twice that)
 
 Decode = Callable[[list[int]], str]
 
@@ -50,10 +52,9 @@ class IncrementalDetokenizer:
 
     def __init__(self, decode: Decode) -> None:
         self._decode = decode
-        self._window: list[int] = []  # the ids from prefix_offset on
-        self._read = 0                # read_offset, within the window: the context's length
-        self._context_chars = 0       # len(decode(window[:read]))
-        self._pending_chars = 0       # text of the pending ids already handed out
+        self._window: list[int] = []  # the most recent ids (from the prefix offset on)
+        self._window_text = ""        # decode(window)
+        self._read = 0                # read offset: chars of the window's text handed out
         self._pieces: list[str] = []
         self.num_chars = 0
         self.num_tokens = 0
@@ -68,37 +69,36 @@ class IncrementalDetokenizer:
         """Add new token ids; return the text they settle (possibly empty)."""
         if not token_ids:
             return ""
-        window = self._window
-        stalled = len(window) - self._read  # ids already pending before this push
-        window.extend(token_ids)
         self.num_tokens += len(token_ids)
+        window = self._window
+        window.extend(token_ids)
         text = self._decode(window)
-        start = self._context_chars + self._pending_chars
-        if text.endswith(REPLACEMENT) and stalled < MAX_PENDING_TOKENS:
-            # A character is not complete yet: hand out only what comes before it.
-            end = len(text.rstrip(REPLACEMENT))
-            if end <= start:
-                return ""
-            self._pending_chars = end - self._context_chars
-            return self._emit(text[start:end])
-        new = text[start:]
-        if len(text) > self._context_chars:
-            # The pending ids become the context; what came before them is no longer needed.
-            del window[:self._read]
-            self._context_chars = len(self._decode(window))
-        else:
-            # No text at all (skipped special tokens): drop them and keep the context, which
-            # still gives the next token its leading space.
-            del window[self._read:]
-        self._read = len(window)
-        self._pending_chars = 0
-        return self._emit(new)
-
-    def _emit(self, new: str) -> str:
+        if self._read == len(text) and text == self._window_text:
+            # No text, nothing pending (skipped special tokens): they need not stay around.
+            del window[len(window) - len(token_ids):]
+            return ""
+        end = len(text)
+        while end > max(self._read, len(text) - MAX_HELD_REPLACEMENTS) \
+                and text[end - 1] == REPLACEMENT:
+            end -= 1
+        new = text[self._read:end]
+        self._window_text, self._read = text, max(self._read, end)
+        if len(window) >= 2 * WINDOW_TOKENS:
+            self._slide()
         if new:
             self._pieces.append(new)
             self.num_chars += len(new)
         return new
+
+    def _slide(self) -> None:
+        """Keep only the last WINDOW_TOKENS ids, if their text ends as the window's does."""
+        tail = self._window[-WINDOW_TOKENS:]
+        text = self._decode(tail)
+        pending = len(self._window_text) - self._read  # chars not handed out yet
+        read = len(text) - pending
+        if (read > 0 and text[read:] == self._window_text[self._read:]) \
+                or len(self._window) >= 4 * WINDOW_TOKENS:
+            self._window, self._window_text, self._read = tail, text, max(read, 0)
 
 
 class StopStringMatcher:

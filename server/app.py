@@ -33,7 +33,8 @@ from server.auth import TokenAuth
 from server.engine_loop import EngineLoop
 from server.handlers import add_service
 from server.metrics import ServerMetrics
-from server.prompts import DEFAULT_MAX_PROMPT_BYTES, PromptTokenizer
+from server.limits import DEFAULT_MAX_PROMPT_BYTES
+from server.prompts import PromptTokenizer
 from server.reflection import enable_reflection
 from server.service import SERVICE_NAME, AgentixServicer
 

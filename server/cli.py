@@ -14,6 +14,7 @@ from scheduler.config import KV_MEMORY_MODES, PREEMPTION_MODES, SchedulerConfig
 from scheduler.policies import POLICIES
 from server.cli_checks import UsageError, serve_setup
 from server.config_flags import parse_override, positive_float
+from server.limits import DEFAULT_MAX_PROMPT_BYTES
 
 # engine/config.py's DTYPES and engine-only defaults, repeated because `import engine` imports
 # torch; tests/server/test_cli_checks.py pins them to EngineConfig's.
@@ -126,7 +127,16 @@ def _add_serve_parser(sub) -> None:
     serve.add_argument("--metrics-tenant-label", action="store_true",
                        help="label the program histograms of /metrics by tenant")
     serve.add_argument("--auth-token-file", metavar="FILE",
-                       help="'TOKEN TENANT' lines: turns on bearer auth (default: off)")
+                       help="'TOKEN TENANT' lines: turns on bearer auth, tenant namespaces "
+                            "for ids and anti-gaming (default: off; without auth the tenant "
+                            "is whatever a client says, so tenant accounting cannot stop "
+                            "priority gaming)")
+    serve.add_argument("--max-prompt-bytes", type=int, default=DEFAULT_MAX_PROMPT_BYTES,
+                       metavar="N", help="a text prompt larger than this (UTF-8) is refused "
+                                         "before it is tokenized")
+    serve.add_argument("--health-stall-seconds", type=positive_float, default=30.0,
+                       metavar="S", help="health turns NOT_SERVING when the engine has work "
+                                         "and makes no progress for this long")
     serve.add_argument("--max-waiting", type=int, default=1024, metavar="N",
                        help="waiting calls beyond which a new call is refused "
                             "(RESOURCE_EXHAUSTED, HTTP 429)")

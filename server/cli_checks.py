@@ -35,7 +35,9 @@ def serve_setup(args: argparse.Namespace) -> tuple[EngineConfig, ServeOptions]:
             host=args.host, port=None if args.no_grpc else args.port, http_port=args.http_port,
             metrics_port=args.metrics_port, auth_tokens=tokens, max_waiting=args.max_waiting,
             grace=args.grace, served_model_name=args.served_model_name,
-            metrics_tenant_label=args.metrics_tenant_label)
+            metrics_tenant_label=args.metrics_tenant_label,
+            max_prompt_bytes=args.max_prompt_bytes,
+            health_stall_seconds=args.health_stall_seconds)
     except ValueError as exc:
         raise UsageError(f"serve options: {exc}") from None
     config = engine_config(args, args.model or "")

@@ -14,8 +14,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from engine import ChatPrompt, LLMEngine
+from server.limits import DEFAULT_MAX_PROMPT_BYTES
 
-DEFAULT_MAX_PROMPT_BYTES = 1 << 20  # 1 MiB of text: far past any context this engine serves
 TOKENIZER_THREADS = 1  # huge prompts queue behind each other, not beside the engine
 TOKENIZER_NICENESS = 10  # the OS runs the engine's steps first when cores are short
 

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from engine import LLM, SamplingParams
-from engine.detokenizer import (MAX_PENDING_TOKENS, REPLACEMENT, IncrementalDetokenizer,
-                                StopPrefixTracker, StopStringMatcher, StopStringScanner)
+from engine.detokenizer import (MAX_HELD_REPLACEMENTS, REPLACEMENT, WINDOW_TOKENS,
+                                IncrementalDetokenizer, StopPrefixTracker, StopStringMatcher,
+                                StopStringScanner)
 from engine.sampling_params import MAX_STOP_STRING_CHARS, MAX_STOP_STRINGS, MAX_STOP_TOKEN_IDS
 from engine.tokenizer import load_tokenizer
 
@@ -38,18 +39,30 @@ def smollm2_tokenizer():
     return load_tokenizer(model_dir)
 
 
+class CountingDecode:
+    """Wraps a decode function; records the number of ids of each call."""
+
+    def __init__(self, decode):
+        self.decode, self.sizes = decode, []
+
+    def __call__(self, ids):
+        self.sizes.append(len(ids))
+        return self.decode(ids)
+
+
 def word_ids(n: int, seed: int) -> list[int]:
     """Random word-tokenizer ids, specials (0-2, decoded to nothing) included, with a long
     run of specials in the middle."""
     rng = random.Random(seed)
     ids = [rng.randrange(0, 384) for _ in range(n)]
-    return ids[:n // 2] + [2] * 3 * MAX_PENDING_TOKENS + ids[n // 2:]
+    return ids[:n // 2] + [2] * 5 * WINDOW_TOKENS + ids[n // 2:]
 
 
 def assert_equals_full_decode(tokenizer, ids: list[int]) -> int:
     """Push `ids` one at a time: after every token the text equals the full decode less its
     trailing U+FFFD (an incomplete character). Returns how many steps held one back."""
-    detok = IncrementalDetokenizer(tokenizer.decode)
+    counting = CountingDecode(tokenizer.decode)
+    detok = IncrementalDetokenizer(counting)
     pieces, held = [], 0
     for i, token in enumerate(ids):
         pieces.append(detok.push([token]))
@@ -58,6 +71,7 @@ def assert_equals_full_decode(tokenizer, ids: list[int]) -> int:
         held += full.endswith(REPLACEMENT)
     assert detok.text == tokenizer.decode(ids)
     assert detok.num_tokens == len(ids)
+    assert max(counting.sizes) <= 2 * WINDOW_TOKENS  # the window slid as it should
     return held
 
 
@@ -83,24 +97,23 @@ def test_smollm2_multibyte_text_equals_full_decode(smollm2_tokenizer):
     assert detok.text == MULTIBYTE
 
 
-def test_undecodable_bytes_are_settled_after_a_bounded_wait():
-    """A byte-level decode of bytes no later token completes: the text keeps ending in U+FFFD;
-    it is released after MAX_PENDING_TOKENS tokens instead of widening the window forever."""
+def test_undecodable_bytes_do_not_stall_it():
+    """A byte-level decode (one token a byte) of bytes that no later token completes: the text
+    keeps ending in U+FFFD, yet all but the last 3 are handed out and the window stays small;
+    characters split across tokens, before and after, come out whole."""
     def decode(ids):
         return bytes(ids).decode("utf-8", errors="replace")
 
-    calls = []
-    detok = IncrementalDetokenizer(lambda ids: calls.append(len(ids)) or decode(ids))
-    ids = [0x80] * 100  # lone continuation bytes: each is one U+FFFD, forever
-    for token in ids:
+    sizes = []
+    detok = IncrementalDetokenizer(lambda ids: sizes.append(len(ids)) or decode(ids))
+    ids = list("é😀".encode()) + [0x80] * 100 + list("ok é 日本 😀".encode())
+    for i, token in enumerate(ids):
         detok.push([token])
-    assert detok.text.rstrip(REPLACEMENT) == ""
-    assert len(decode(ids)) - len(detok.text) <= MAX_PENDING_TOKENS
-    assert max(calls) <= 2 * (MAX_PENDING_TOKENS + 1)
-    # Valid text after the garbage comes through as it is.
-    for token in "ok é".encode():
-        detok.push([token])
-    assert detok.text.endswith("ok é")
+        full = decode(ids[:i + 1])
+        held = len(full) - len(full.rstrip(REPLACEMENT))
+        assert detok.text == full[:len(full) - min(held, MAX_HELD_REPLACEMENTS)], i
+    assert detok.text == decode(ids)
+    assert max(sizes) <= 2 * WINDOW_TOKENS
 
 
 # ----- stop strings ----------------------------------------------------------------------
@@ -153,8 +166,9 @@ def test_the_earliest_of_several_stop_strings_wins(word_tokenizer):
     assert scan(word_tokenizer, ids, ("w5 w17 w33 w90", "w33")) == (2, 7)
     matcher = StopStringMatcher(("bc", "abcd"))
     assert matcher.push("xab") is None
-    assert matcher.push("cd") == 2  # "bc" appeared first; the match then stays
-    assert matcher.push("abcd") == 2
+    assert matcher.push("c") == 2  # "bc" appeared first; the match then stays
+    assert matcher.push("d") == 2
+    assert StopStringMatcher(("bc", "abcd")).push("xabcd") == 1  # together: the earliest
 
 
 def test_engine_cuts_before_the_earliest_stop_string(tiny_llama_dir):
@@ -199,17 +213,6 @@ def test_limits_on_stop_lists():
 
 
 # ----- cost --------------------------------------------------------------------------------
-class CountingDecode:
-    """Wraps a decode function; records the number of ids of each call."""
-
-    def __init__(self, decode):
-        self.decode, self.sizes = decode, []
-
-    def __call__(self, ids):
-        self.sizes.append(len(ids))
-        return self.decode(ids)
-
-
 def decode_work_per_token(tokenizer, ids: list[int], stops: tuple[str, ...]) -> list[int]:
     """Ids decoded for each pushed token by a stop-string scanner (no stop ever matches)."""
     counting = CountingDecode(tokenizer.decode)
@@ -219,12 +222,13 @@ def decode_work_per_token(tokenizer, ids: list[int], stops: tuple[str, ...]) -> 
         assert scanner.push([token]) is None
         work.append(sum(counting.sizes) - before)
         assert len(counting.sizes) <= 2 * len(work)  # at most two decode calls a token
+        assert max(counting.sizes) <= 2 * WINDOW_TOKENS
     return work
 
 
 def test_decode_work_per_token_is_bounded(word_tokenizer, smollm2_tokenizer):
     stops = ("\x00" * MAX_STOP_STRING_CHARS,) * MAX_STOP_STRINGS
-    bound = 4 * (MAX_PENDING_TOKENS + 1)
+    bound = 3 * WINDOW_TOKENS  # a window of under 2 * WINDOW_TOKENS, and a slide's decode
     for tokenizer, short, long in (
             (word_tokenizer, word_ids(100, 3), word_ids(3000, 4)),
             (smollm2_tokenizer, smollm2_tokenizer.encode(MULTIBYTE),
@@ -249,8 +253,8 @@ def test_engine_never_decodes_the_whole_output_per_step(tiny_llama_dir):
     assert out.finish_reason == "length" and len(out.token_ids) == n
     # Per step a window of a few tokens; once at the finish the whole output (the final text).
     assert sorted(counting.sizes)[-1] == n
-    assert sorted(counting.sizes)[-2] <= 2 * (MAX_PENDING_TOKENS + 1)
-    assert len(counting.sizes) <= 2 * n + 1
+    assert sorted(counting.sizes)[-2] <= 2 * WINDOW_TOKENS
+    assert len(counting.sizes) <= 1.2 * n
     # A call without stop strings decodes only once, at the finish.
     counting.sizes.clear()
     llm.generate([5, 6], SamplingParams(max_tokens=50, ignore_eos=True))

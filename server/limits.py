@@ -1,0 +1,3 @@
+"""Default bounds on what one request may carry (torch-free, for the command line)."""
+
+DEFAULT_MAX_PROMPT_BYTES = 1 << 20  # 1 MiB of text: far past any context this engine serves
