@@ -25,9 +25,10 @@ seconds begins. Victim tokens/s = tokens delivered inside the window / its lengt
 
 Refusals (INVALID_ARGUMENT, RESOURCE_EXHAUSTED) are normal for attackers: counted, then the
 attacker loops on. An attack request is accepted once StartProgram returns or a call's first
-response arrives; calls still streaming when the phase ends are cancelled. Per phase: the victim's tokens/s, its ratio to alone, attack requests
-accepted / refused (by status) / failed otherwise, and the server's RSS before and after.
-Between phases the script waits until the server has no running or waiting calls.
+response arrives; calls still streaming when the phase ends are cancelled. Per phase: the
+victim's tokens/s, its ratio to alone, attack requests accepted / refused (by status) / failed
+otherwise, and the server's RSS before and after. Between phases the script waits until the
+server has no running or waiting calls.
 """
 
 from __future__ import annotations

@@ -126,6 +126,7 @@ class _TenantLive:
     record was made, during which none of them had an active call."""
 
     programs: dict[str, ProgramRecord] = field(default_factory=dict)
+    capped: int = 0  # of them, those the caps count (all but one-call programs)
     active_calls: int = 0
     idle_time: float = 0.0
     idle_since: float | None = None  # when its active calls last fell to 0 (None: busy)
@@ -192,6 +193,7 @@ class ProcessTable:
         # tenant -> (service, as of), least recently credited first
         self._tenants: OrderedDict[str, tuple[float, float]] = OrderedDict()
         self._live: dict[str | None, _TenantLive] = {}  # tenant -> its live programs
+        self._num_capped = 0  # live programs the caps count
         self._programs: dict[str, ProgramRecord] = {}
         self._idle: OrderedDict[str, None] = OrderedDict()
         self._ended: OrderedDict[str, ProgramRecord] = OrderedDict()
@@ -221,7 +223,8 @@ class ProcessTable:
             raise ValueError(f"program_id must be a non-empty string, got {program_id!r}")
         elif program_id in self._programs or program_id in self._ended:
             raise ProgramExistsError(program_id)
-        self._check_limits(tenant)
+        if not ephemeral:  # a one-call program is bounded by the waiting queue and the seats
+            self._check_limits(tenant)
         self._prune(now)
         record = ProgramRecord(program_id, tenant, now, ephemeral=ephemeral)
         live = self._live.get(tenant)
@@ -229,18 +232,20 @@ class ProcessTable:
             live = self._live[tenant] = _TenantLive(idle_since=now)
         self._raise_floor(record, live, now)
         live.programs[program_id] = record
+        live.capped += not ephemeral
+        self._num_capped += not ephemeral
         self._programs[program_id] = record
         self._idle[program_id] = None
         return record
 
     def _check_limits(self, tenant: str | None) -> None:
-        if len(self._programs) >= self.max_programs:
-            raise ProgramLimitError(f"max_programs: {len(self._programs)} programs are active, "
+        if self._num_capped >= self.max_programs:
+            raise ProgramLimitError(f"max_programs: {self._num_capped} programs are active, "
                                     f"the limit is {self.max_programs}")
         live = self._live.get(tenant)
-        if live is not None and len(live.programs) >= self.max_programs_per_tenant:
+        if live is not None and live.capped >= self.max_programs_per_tenant:
             whose = "without a tenant" if tenant is None else f"of tenant {short(tenant)}"
-            raise ProgramLimitError(f"max_programs_per_tenant: {len(live.programs)} programs "
+            raise ProgramLimitError(f"max_programs_per_tenant: {live.capped} programs "
                                     f"{whose} are active, the limit is "
                                     f"{self.max_programs_per_tenant}")
 
@@ -355,6 +360,8 @@ class ProcessTable:
         """Take an ending program out of its tenant's live programs."""
         live = self._live[record.tenant]
         del live.programs[record.program_id]
+        live.capped -= not record.ephemeral
+        self._num_capped -= not record.ephemeral
         if record.active_calls:  # normally none: the caller finished them
             live.active_calls -= len(record.active_calls)
             if not live.active_calls:

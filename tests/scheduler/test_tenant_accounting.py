@@ -258,7 +258,9 @@ def test_active_programs_are_capped_per_tenant_and_in_all():
     sim = Sim("plas", max_programs=5, max_programs_per_tenant=2)
     start = sim.scheduler.start_program
     start(0.0, "a1", "team-a")
-    start(0.0, "a2", "team-a", ephemeral=True)  # a one-call program counts too
+    start(0.0, "a2", "team-a")
+    for i in range(3):  # one-call programs are neither counted nor refused
+        start(0.0, f"one-call-{i}", "team-a", ephemeral=True)
     with pytest.raises(ProgramLimitError, match="^max_programs_per_tenant: 2 programs of "
                                                 "tenant 'team-a' are active, the limit is 2$"):
         start(0.0, "a3", "team-a")
@@ -274,7 +276,7 @@ def test_active_programs_are_capped_per_tenant_and_in_all():
     assert sim.scheduler.table.is_recently_ended("a3") is False  # a refused id is not taken
     sim.scheduler.end_program("a1", 0.0)
     start(0.0, "a3", "team-a")  # room again
-    assert len(sim.scheduler.table) == 5
+    assert len(sim.scheduler.table) == 5 + 3  # the three one-call programs besides
     sim.scheduler.check_integrity()
 
 

@@ -31,6 +31,8 @@ BAD_GENERATE = {
     "negative max_tokens": (gen_request(GOOD, max_tokens=-3), "max_tokens"),
     "negative seed": (gen_request(GOOD, seed=-1), "seed"),
     "empty stop string": (gen_request(GOOD, stop=[""]), "stop"),
+    "too many stop strings": (gen_request(GOOD, stop=["a"] * 17), "stop: at most 16"),
+    "over-long stop string": (gen_request(GOOD, stop=["x" * 257]), "stop: each stop string"),
     "negative tool time": (pb.GenerateRequest(token_ids=pb.TokenIds(ids=GOOD),
                                               expected_tool_seconds=-1.0),
                            "expected_tool_seconds"),
