@@ -91,12 +91,9 @@ def http_error_of(exc: Exception) -> HttpError:
     return HttpError(HTTP_STATUS.get(code, 500), message, match.group(1) if match else None)
 
 
-class BodyTooLarge(Exception):
-    """A request body past the door's limit (413)."""
-
-
 class BodyLimit:
-    """ASGI middleware: an HTTP request body may be at most `max_bytes` (declared or not)."""
+    """ASGI middleware: an HTTP request body may be at most `max_bytes`, declared or not.
+    A body without a declared length is read (up to the limit) before the app sees it."""
 
     def __init__(self, app, max_bytes: int) -> None:
         self.app = app
@@ -106,22 +103,28 @@ class BodyLimit:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         declared = dict(scope.get("headers") or ()).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            return await error_response(413, self._message())(scope, receive, send)
-        seen = 0
-
-        async def limited_receive():
-            nonlocal seen
+        if declared is not None:
+            if declared.isdigit() and int(declared) > self.max_bytes:
+                return await self._refuse(scope, receive, send)
+            return await self.app(scope, receive, send)
+        messages, size = [], 0
+        while True:
             message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > self.max_bytes:
-                raise BodyTooLarge(self._message())
-            return message
+            messages.append(message)
+            size += len(message.get("body", b""))
+            if size > self.max_bytes:
+                return await self._refuse(scope, receive, send)
+            if message["type"] != "http.request" or not message.get("more_body"):
+                break
 
-        await self.app(scope, limited_receive, send)
+        async def replay():
+            return messages.pop(0) if messages else await receive()
 
-    def _message(self) -> str:
-        return f"body: larger than the server's limit of {self.max_bytes} bytes"
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, scope, receive, send) -> None:
+        message = f"body: larger than the server's limit of {self.max_bytes} bytes"
+        await error_response(413, message)(scope, receive, send)
 
 
 class OpenAIDoor:
@@ -375,10 +378,6 @@ def _install_errors(app: FastAPI) -> None:
         param = ".".join(where) or None
         return error_response(400, f"{param or 'body'}: {first.get('msg', 'invalid request')}",
                               param)
-
-    @app.exception_handler(BodyTooLarge)
-    async def on_body_too_large(_: Request, exc: BodyTooLarge) -> JSONResponse:
-        return error_response(413, str(exc))
 
     @app.exception_handler(ServerError)
     async def on_server_error(_: Request, exc: ServerError) -> JSONResponse:

@@ -196,3 +196,42 @@ def test_a_stalled_engine_turns_health_not_serving(tiny_llama_dir):
         wait_idle(server)
     finally:
         server.stop(grace=0)
+
+
+def test_http_bodies_and_prompts_are_bounded(tiny_llama_dir):
+    """Over HTTP: a body past 4 x the prompt limit + 64 KiB is 413 before it is parsed
+    (declared or chunked); a prompt past the limit is 400 naming max_prompt_bytes."""
+    import http.client
+    import json
+
+    server = start(tiny_llama_dir, port=None, http_port=0, max_prompt_bytes=1024)
+    try:
+        host, port = server.http_address.rsplit(":", 1)
+
+        def post(body: bytes, chunked: bool = False) -> tuple[int, dict]:
+            connection = http.client.HTTPConnection(host, int(port), timeout=30)
+            headers = {"Content-Type": "application/json"}
+            if chunked:
+                connection.request("POST", "/v1/completions", body=iter([body]),
+                                   headers=headers, encode_chunked=True)
+            else:
+                connection.request("POST", "/v1/completions", body=body, headers=headers)
+            response = connection.getresponse()
+            answer = json.loads(response.read())
+            connection.close()
+            return response.status, answer
+
+        huge = json.dumps({"prompt": "w5 " * 40_000, "max_tokens": 2}).encode()
+        for chunked in (False, True):
+            status, answer = post(huge, chunked)
+            assert status == 413 and "larger than the server's limit" in \
+                answer["error"]["message"], answer
+        status, answer = post(json.dumps({"prompt": "w5 " * 400, "max_tokens": 2}).encode())
+        assert status == 400 and "max_prompt_bytes" in answer["error"]["message"], answer
+        status, answer = post(json.dumps({"prompt": [1, 5, 6, 7], "max_tokens": 8,
+                                          "temperature": 0, "ignore_eos": True,
+                                          "return_token_ids": True}).encode())
+        assert status == 200 and len(answer["choices"][0]["token_ids"]) == 8
+        wait_idle(server)
+    finally:
+        server.stop(grace=0)
