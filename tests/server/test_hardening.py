@@ -235,3 +235,19 @@ def test_http_bodies_and_prompts_are_bounded(tiny_llama_dir):
         wait_idle(server)
     finally:
         server.stop(grace=0)
+
+
+def test_a_burst_of_requests_cannot_hold_up_a_step(server, stub, expected):
+    """The engine thread runs at most COMMAND_BUDGET_SECONDS of queued commands between two
+    steps while calls are in flight: 400 commands of 5 ms each (2 s of work) posted at once
+    leave the stream's gaps near the budget, not 2 s."""
+    from server.engine_loop import COMMAND_BUDGET_SECONDS
+
+    stream = stub.Generate(gen_request([1, 5, 6], max_tokens=60, ignore_eos=True))
+    next(stream)
+    for _ in range(400):
+        server.engine_loop.post(lambda: time.sleep(0.005))
+    stamps = [time.perf_counter() for _ in stream]
+    gaps = [b - a for a, b in zip(stamps, stamps[1:])]
+    assert max(gaps) < COMMAND_BUDGET_SECONDS + 0.2, max(gaps)
+    assert_serving(server, stub, expected)
