@@ -33,7 +33,6 @@ with one Knuth-Morris-Pratt automaton per stop string: O(new characters) per pus
 
 from __future__ import annotations
 
-import functools
 from typing import Callable, Sequence
 
 REPLACEMENT = "\ufffd"
@@ -56,7 +55,6 @@ class IncrementalDetokenizer:
         self._window_text = ""        # decode(window)
         self._read = 0                # read offset: chars of the window's text handed out
         self._pieces: list[str] = []
-        self.num_chars = 0
         self.num_tokens = 0
 
     @property
@@ -87,7 +85,6 @@ class IncrementalDetokenizer:
             self._slide()
         if new:
             self._pieces.append(new)
-            self.num_chars += len(new)
         return new
 
     def _slide(self) -> None:
@@ -129,7 +126,6 @@ class StopStringMatcher:
         return self.match
 
 
-@functools.lru_cache(maxsize=256)
 def _borders(stop: str) -> tuple[int, ...]:
     """KMP failure table: entry i is the length of the longest proper prefix of stop[:i + 1]
     that is also a suffix of it."""
@@ -152,6 +148,7 @@ class StopPrefixTracker:
 
     def __init__(self, stops: Sequence[str]) -> None:
         self._stops = tuple(stops)
+        self._borders = [_borders(stop) for stop in self._stops]
         self._states = [0] * len(self._stops)  # per stop: its longest prefix the text ends with
         self._num_chars = 0
         self.match: int | None = None
@@ -161,7 +158,7 @@ class StopPrefixTracker:
         states, base, first = self._states, self._num_chars, None
         for k, stop in enumerate(self._stops):
             q, i, n, size = states[k], 0, len(new), len(stop)
-            borders = _borders(stop) if q else None
+            borders = self._borders[k]
             while i < n:
                 if q == 0:  # jump to the next place the stop string could start
                     i = new.find(stop[0], i)
@@ -170,8 +167,6 @@ class StopPrefixTracker:
                     q, i = 1, i + 1
                 else:
                     c = new[i]
-                    if borders is None:
-                        borders = _borders(stop)
                     while q and stop[q] != c:
                         q = borders[q - 1]
                     if stop[q] == c:
@@ -180,7 +175,7 @@ class StopPrefixTracker:
                 if q == size:  # a complete stop string; the earliest of this push counts
                     if first is None or base + i - size < first:
                         first = base + i - size
-                    q = _borders(stop)[q - 1]
+                    q = borders[q - 1]
             states[k] = q
         if self.match is None:
             self.match = first

@@ -20,7 +20,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from engine import ChatPrompt, CompletionOutput, SamplingParams
 
 MAX_CHOICES = 16
-MAX_STOP_STRINGS = 16
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16
 
 
@@ -56,10 +55,8 @@ class _Body(BaseModel):
         return None
 
     def stops(self) -> tuple[str, ...]:
-        stops = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
-        if len(stops) > MAX_STOP_STRINGS:
-            raise ValueError(f"stop: at most {MAX_STOP_STRINGS} strings, got {len(stops)}")
-        return stops
+        """A string or a list; SamplingParams bounds them (engine/sampling_params.py)."""
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
 
     def include_usage(self) -> bool:
         return bool((self.stream_options or {}).get("include_usage"))
