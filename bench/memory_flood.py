@@ -23,7 +23,6 @@ memory figures do not need SmolLM2.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -31,7 +30,7 @@ from typing import Any
 
 import grpc
 
-from bench.stall import MB, REPO_ROOT, Server, code_name, git_commit, long_id
+from bench.stall import MB, REPO_ROOT, Server, code_name, emit, git_commit, long_id
 from server import agentix_pb2 as pb
 from server import agentix_pb2_grpc
 
@@ -172,12 +171,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             result = floods[name](server, args)
         result["run_s"] = round(time.monotonic() - flood_started, 1)
         report["floods"][name] = result
-    report["total_s"] = round(time.monotonic() - started, 1)
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print_table(report)
-    return report
+    return emit(report, started, args.json, print_table)
 
 
 def print_table(report: dict[str, Any]) -> None:

@@ -46,7 +46,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import grpc
 import psutil
@@ -449,8 +449,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for result in report["phases"].values():
         result["ratio_to_alone"] = (round(result["victim_tokens_per_s"] / alone, 4)
                                     if alone else None)
+    return emit(report, started, args.json, print_table)
+
+
+def emit(report: dict[str, Any], started: float, as_json: bool,
+         print_table: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    """Stamp the run's length on `report`, print it (JSON or a table) and return it."""
     report["total_s"] = round(time.monotonic() - started, 1)
-    if args.json:
+    if as_json:
         print(json.dumps(report, indent=2))
     else:
         print_table(report)

@@ -22,8 +22,8 @@ class LLM:
                  params: SamplingParams | Sequence[SamplingParams] | None = None
                  ) -> list[CompletionOutput]:
         """Run every prompt to completion; one output per prompt, in order. A single prompt
-        (a string, a ChatPrompt or a list of token ids) is treated as a batch of one. If any prompt is
-        invalid, nothing is submitted and the ValueError names the field."""
+        (a string, a ChatPrompt or a list of token ids) is treated as a batch of one. If any
+        prompt is invalid, nothing is submitted and the ValueError names the field."""
         if isinstance(prompts, (str, ChatPrompt)) or (prompts and isinstance(prompts[0], int)):
             prompts = [prompts]
         if params is None or isinstance(params, SamplingParams):

@@ -43,8 +43,9 @@ class SchedulerConfig:
     `max_programs_per_tenant` per tenant (programs without a tenant count as one tenant);
     starting one more raises ProgramLimitError (RESOURCE_EXHAUSTED on the wire). One-call
     programs (a call made without a program) are not counted or refused: the waiting bound
-    and the seats bound them, and a flood of StartProgram cannot lock out plain calls. At most `max_tenants` tenant service records are kept (least recently
-    credited dropped first; records decayed below 2**-30 of their value are pruned).
+    and the seats bound them, and a flood of StartProgram cannot lock out plain calls. At
+    most `max_tenants` tenant service records are kept (least recently credited dropped
+    first; records decayed below 2**-30 of their value are pruned).
     Without auth, the tenant is whatever the client says, so the per-tenant bound and the
     anti-gaming floors only bind clients that cannot choose their tenant (auth on).
     """

@@ -29,7 +29,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from engine import ChatPrompt, CompletionOutput, LLMEngine
+from engine import ChatPrompt, CompletionOutput
 from engine.errors import UnknownProgramError
 from scheduler.ids import check_id
 from server import convert

@@ -2,8 +2,8 @@
 
 A text prompt larger than `max_prompt_bytes` (UTF-8) is refused before it is tokenized; the
 rest are tokenized on one thread of lower OS priority (the tokenizer releases the GIL while it
-works), so a client sending huge prompts never holds up the engine's steps. The engine thread only re-checks
-the token ids it is given, which is cheap.
+works), so a client sending huge prompts never holds up the engine's steps. The engine thread
+only re-checks the token ids it is given, which is cheap.
 """
 
 from __future__ import annotations

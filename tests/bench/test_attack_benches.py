@@ -1,0 +1,25 @@
+"""The attack benchmarks run end to end at a tiny scale against this repository's server
+(the tiny model): their refusal counts and victim figures are what the hardening implies."""
+
+from __future__ import annotations
+
+from bench import memory_flood, stall
+
+
+def test_memory_flood_counts_refusals(tiny_llama_dir, capsys):
+    report = memory_flood.main(["--model", tiny_llama_dir, "--programs", "4", "--cycles", "1",
+                                "--cycle-programs", "3", "--settle", "0", "--json"])
+    program, tenant = report["floods"]["program_flood"], report["floods"]["tenant_flood"]
+    assert (program["accepted"], program["refused"]) == (0, {"INVALID_ARGUMENT": 4})
+    assert (tenant["starts"]["accepted"], tenant["starts"]["refused"]) == (
+        0, {"INVALID_ARGUMENT": 3})
+    assert '"program_flood"' in capsys.readouterr().out
+
+
+def test_stall_measures_a_victim_under_a_stop_list_attack(tiny_llama_dir):
+    report = stall.main(["--model", tiny_llama_dir, "--seconds", "1", "--attackers", "1",
+                         "--phases", "alone,stop_list", "--json"])
+    phases = report["phases"]
+    assert phases["alone"]["victim_tokens_per_s"] > 0
+    assert phases["stop_list"]["variant"] == "16x256"  # 200,000 strings are refused
+    assert phases["stop_list"]["attack"]["accepted"] >= 1
