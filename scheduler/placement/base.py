@@ -66,6 +66,8 @@ class Placement(ABC):
     """
 
     name: ClassVar[str] = ""
+    # The keyword options its constructor takes (what `make_placement` accepts for it).
+    options: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     def place(self, call: PlacementRequest, loads: Sequence[ReplicaLoad]) -> int: ...
