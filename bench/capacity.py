@@ -28,6 +28,7 @@ from typing import Callable, Sequence
 
 from tqdm import tqdm
 
+from bench.multi_sim import DEFAULT_CUTOFF, replica_options
 from bench.sweep import SweepPoint, generate_trace, meets_target, run_point
 from bench.sweep_report import capacity_table, plot_latency, points_table
 from bench.trace import Trace
@@ -79,9 +80,13 @@ def search(run: Callable[[float], SweepPoint], target: float, start_rate: float,
 def find_capacities(workload: str, policies: Sequence[str], targets: Sequence[float],
                     num_programs: int, seed: int, start_rate: float, iterations: int = 3,
                     preset: str = "a100-80g", model: str = "llama-3.1-8b",
-                    progress: bool = True) -> list[SweepPoint]:
+                    progress: bool = True, replicas: int = 1, placement: str | None = None,
+                    cutoff: int | str = DEFAULT_CUTOFF) -> list[SweepPoint]:
     """Run `search` for every policy and then every target on one trace; every (policy, rate)
-    pair is run once. Returns the points, policy by policy, in the order run."""
+    pair is run once (on `replicas` engines behind `placement` when either is given, see
+    `run_point`: the rates found are those of the whole group). Returns the points, policy
+    by policy, in the order run."""
+    multi = replica_options(replicas, placement, cutoff)
     base = generate_trace(workload, num_programs, seed, BASE_RATE)
     points: list[SweepPoint] = []
     bar = tqdm(desc=f"capacity {workload}", unit="run", disable=not progress)
@@ -89,7 +94,8 @@ def find_capacities(workload: str, policies: Sequence[str], targets: Sequence[fl
         for policy in policies:
             def simulate_at(rate: float, policy: str = policy) -> SweepPoint:
                 bar.set_postfix_str(f"{policy} @ {rate:.3g}/s")
-                point = run_point(workload, retimed(base, rate), policy, rate, preset, model)
+                point = run_point(workload, retimed(base, rate), policy, rate, preset, model,
+                                  **multi)
                 points.append(point)
                 bar.update(1)
                 return point

@@ -5,7 +5,9 @@ sweep` runs several policies over several arrival rates and reports each policy'
 target by bracketing and bisection;
 `agentix bench sensitivity` varies one scheduler knob at a time;
 `agentix bench calibrate` fits the cost model to the real engine on this machine and checks the
-simulator against the real engine on a scaled-down trace."""
+simulator against the real engine on a scaled-down trace. `sim`, `sweep` and `capacity` take
+`--replicas N --placement P [--cutoff TOKENS|auto]` to run N engines on one virtual clock behind
+a placement policy (`bench.multi_sim`)."""
 
 from __future__ import annotations
 
@@ -41,13 +43,59 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _cutoff(text: str) -> int | str:
+    """`--cutoff`: a prompt length in tokens (>= 0) or "auto" (the adaptive cutoff)."""
+    if text == "auto":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an int >= 0 or 'auto', got {text}")
+    return value
+
+
+def _add_replica_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--replicas`, `--placement`, `--cutoff`: run N engines on one virtual clock behind a
+    placement policy (`bench.multi_sim`); without either of the first two, one engine."""
+    from bench.multi_sim import DEFAULT_CUTOFF, DEFAULT_PLACEMENT
+    from scheduler.placement import PLACEMENTS
+
+    parser.add_argument("--replicas", type=_positive_int, default=1,
+                        help="engine replicas behind the placement (default 1: one engine)")
+    parser.add_argument("--placement", choices=sorted(PLACEMENTS), default=None,
+                        help=f"placement policy across replicas (default {DEFAULT_PLACEMENT} "
+                             "when --replicas > 1)")
+    parser.add_argument("--cutoff", type=_cutoff, default=DEFAULT_CUTOFF,
+                        help=f"the agentix placement's prompt-length cutoff in tokens, or "
+                             f"'auto' (adaptive; default {DEFAULT_CUTOFF})")
+
+
+def _replica_options(args: argparse.Namespace) -> dict[str, Any]:
+    from bench.multi_sim import replica_options
+
+    return replica_options(args.replicas, args.placement, args.cutoff)
+
+
+def _replicas_text(multi: dict[str, Any]) -> str:
+    """", on 4 replicas behind least_loaded" (the cutoff too for agentix); "" for one engine."""
+    if not multi:
+        return ""
+    cutoff = f" (cutoff {multi['cutoff']})" if multi["placement"] == "agentix" else ""
+    return f", on {multi['replicas']} replicas behind {multi['placement']}{cutoff}"
+
+
 def _sim(args: argparse.Namespace) -> None:
+    from bench.multi_sim import simulate_replicas
     from bench.simulate import simulate
 
     generator = importlib.import_module(f"bench.workloads.{args.workload}")
     trace = generator.generate(args.programs, args.seed, args.rate)
-    result = simulate(trace, args.policy, preset=args.preset, model=args.model,
-                      engine_overrides=dict(args.set) or None)
+    multi = _replica_options(args)
+    run = simulate_replicas if multi else simulate
+    result = run(trace, args.policy, preset=args.preset, model=args.model,
+                 engine_overrides=dict(args.set) or None, **multi)
     metrics = compute_metrics(result.programs)
     summary = {
         "workload": args.workload, "policy": args.policy, "rate": args.rate,
@@ -65,12 +113,14 @@ def _sim(args: argparse.Namespace) -> None:
     }
     summary["by_workload"] = {name: m.to_dict()
                               for name, m in metrics_by_workload(result.programs).items()}
+    if multi:
+        summary.update(cutoff=multi["cutoff"], **result.extra)
     if args.json:
         print(json.dumps(summary))
         return
     print(f"{args.workload} x {args.programs} programs at {args.rate}/s (seed {args.seed}), "
           f"policy {args.policy}, {result.model} on {result.preset} "
-          f"({result.num_kv_blocks} KV blocks)")
+          f"({result.num_kv_blocks} KV blocks){_replicas_text(multi)}")
     print(f"  programs completed   {metrics.programs_completed}")
     print(f"  norm latency (s/tok) mean {metrics.mean_norm_latency:.4f}  "
           f"P50 {metrics.p50_norm_latency:.4f}  P95 {metrics.p95_norm_latency:.4f}  "
@@ -88,6 +138,13 @@ def _sim(args: argparse.Namespace) -> None:
     for name, m in summary["by_workload"].items():
         print(f"  {name:<20} {m['programs_completed']} programs, norm latency mean "
               f"{m['mean_norm_latency']:.4f}  P95 {m['p95_norm_latency']:.4f}")
+    if multi:
+        print(f"  prefix cache         {summary['cache_hit_rate']:.1%} of "
+              f"{summary['prompt_tokens']} prompt tokens cached")
+        for r in summary["per_replica"]:
+            print(f"  replica {r['replica']:<12} {r['calls']} calls, cache hit "
+                  f"{r['cache_hit_rate']:.1%}, busy {r['busy_seconds']:.1f} s, load tokens "
+                  f"max {r['max_load_tokens']} mean {r['mean_load_tokens']:.0f}")
     print(f"  simulated in         {result.wall_seconds:.1f} s")
 
 
@@ -120,10 +177,13 @@ def _sweep(args: argparse.Namespace) -> None:
 
     start = time.perf_counter()
     target, how = _target(args)
+    multi = _replica_options(args)
     print(f"{args.workload} x {args.programs} programs (seed {args.seed}), {args.model} on "
-          f"{args.preset}; latency target {target:.4f} s/token ({how})", flush=True)
+          f"{args.preset}{_replicas_text(multi)}; latency target {target:.4f} s/token ({how})",
+          flush=True)
     points = sweep(args.workload, args.policies, args.rates, args.programs, args.seed,
-                   preset=args.preset, model=args.model, progress=not args.no_progress)
+                   preset=args.preset, model=args.model, progress=not args.no_progress,
+                   **multi)
     print()
     print(latency_table(points))
     print(capacity_table(points, target))
@@ -275,13 +335,14 @@ def _capacity(args: argparse.Namespace) -> None:
 
     start = time.perf_counter()
     targets = _capacity_targets(args)
+    multi = _replica_options(args)
     print(f"{args.workload} x {args.programs} programs (seed {args.seed}), {args.model} on "
-          f"{args.preset}; latency targets " + "; ".join(
+          f"{args.preset}{_replicas_text(multi)}; latency targets " + "; ".join(
               f"{t.seconds_per_token:.4f} s/token ({t.how})" for t in targets), flush=True)
     points = find_capacities(args.workload, args.policies,
                              [t.seconds_per_token for t in targets], args.programs, args.seed,
                              args.start_rate, args.iterations, args.preset, args.model,
-                             progress=not args.no_progress)
+                             progress=not args.no_progress, **multi)
     for target in targets:
         print()
         print(capacity_table(points, target.seconds_per_token))
@@ -306,6 +367,7 @@ def _add_policy_run_arguments(parser: argparse.ArgumentParser, programs: int,
                         help="latency target in s/token (default: derived from unloaded vllm)")
     parser.add_argument("--out", default="bench/results", help=f"folder for {out_files}")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_replica_arguments(parser)
 
 
 def _knob_list(text: str) -> list[str]:
@@ -354,7 +416,9 @@ def build_parser() -> argparse.ArgumentParser:
                      metavar="FIELD=VALUE",
                      help="override an engine config field (repeatable), e.g. "
                           "--set max_preemptions_per_round=0")
-    sim.add_argument("--json", action="store_true", help="print one JSON object")
+    sim.add_argument("--json", action="store_true", help="print one JSON object (with "
+                     "--replicas/--placement also cache_hit_rate and per_replica figures)")
+    _add_replica_arguments(sim)
     sim.set_defaults(run=_sim)
 
     sw = sub.add_parser("sweep", help="policies x arrival rates: latency tables, capacities, plot")

@@ -52,7 +52,9 @@ class ProgramResult:
 @dataclass
 class SimResult:
     """A finished run. Call keys are "program/call"; times are the run's clock (virtual
-    seconds in the simulator). `scheduler_stats` is the scheduler's `stats()` at the end."""
+    seconds in the simulator). `scheduler_stats` is the scheduler's `stats()` at the end.
+    `extra`: what a multi-replica run adds (`bench.multi_sim`: placement, cache hit rate,
+    per-replica figures); empty for one engine."""
 
     policy: str
     preset: str
@@ -73,6 +75,7 @@ class SimResult:
     wall_seconds: float = 0.0
     num_kv_blocks: int = 0
     scheduler_stats: dict[str, int | float] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def finish_order(self) -> list[str]:
@@ -165,6 +168,23 @@ def simulate(trace: Trace, policy: str, preset: str = "a100-80g", model: str = "
     is not clean at the end."""
     wall_start = time.perf_counter()
     cost = cost_model or CostModel.from_names(preset, model)
+    config = sim_engine_config(trace, policy, cost, engine_overrides)
+    clock = VirtualClock()
+    prompts = PromptMaker(cost.model.vocab)
+    engine, executor = sim_engine(config, cost, clock, prompts)
+    driver = Driver(engine, clock, cost, prompts,
+                    use_oracle=config["policy"] == "oracle")
+    driver.run(trace)
+    engine.check_integrity()
+    return run_result(policy, cost.gpu.name, cost.model.name, engine, executor, driver,
+                      end_time=clock(), wall_seconds=time.perf_counter() - wall_start,
+                      num_kv_blocks=config["num_kv_blocks"])
+
+
+def sim_engine_config(trace: Trace, policy: str, cost: CostModel,
+                      engine_overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The EngineConfig fields of a simulated engine under the baseline `policy`: memory and
+    transfer rates from `cost`, then `engine_overrides` (ValueError for a bad name)."""
     block_size = (engine_overrides or {}).get("block_size", BLOCK_SIZE)
     fields: dict[str, Any] = dict(
         num_kv_blocks=cost.kv_blocks(block_size), num_host_blocks=cost.host_blocks(block_size),
@@ -176,18 +196,17 @@ def simulate(trace: Trace, policy: str, preset: str = "a100-80g", model: str = "
         # vLLM without chunked prefill batches up to the longest prompt in one step.
         longest = max((c.prompt_len for p in trace.programs for c in p.calls), default=1)
         config["max_num_batched_tokens"] = max(config["max_num_batched_tokens"], longest)
-    clock = VirtualClock()
-    prompts = PromptMaker(cost.model.vocab)
+    return config
+
+
+def sim_engine(config: dict[str, Any], cost: CostModel, clock: VirtualClock,
+               prompts: PromptMaker) -> tuple[LLMEngine, SimulatedExecutor]:
+    """A real LLMEngine on `clock` with a SimulatedExecutor of `cost` (sampled tokens continue
+    `prompts`' streams)."""
     executor = SimulatedExecutor(cost, clock, config["block_size"], prompts.next_token)
     engine = LLMEngine(EngineConfig(model=str(model_dir_for(cost.model)), **config),
                        executor=executor, clock=clock)
-    driver = Driver(engine, clock, cost, prompts,
-                    use_oracle=config["policy"] == "oracle")
-    driver.run(trace)
-    engine.check_integrity()
-    return run_result(policy, cost.gpu.name, cost.model.name, engine, executor, driver,
-                      end_time=clock(), wall_seconds=time.perf_counter() - wall_start,
-                      num_kv_blocks=config["num_kv_blocks"])
+    return engine, executor
 
 
 class ExecutorCounters(Protocol):
@@ -249,13 +268,7 @@ class Driver:
                 else:
                     self._add(program, call)
             if engine.has_unfinished_calls():
-                steps_before = self.engine.executor.num_steps
-                for out in engine.step():
-                    if out.new_token_ids:
-                        self.call_first_token.setdefault(out.call_id, clock.now)
-                    if out.finished:
-                        self._finished(out.call_id)
-                if self.engine.executor.num_steps == steps_before:  # nothing could run
+                if not self._step(engine, clock):  # nothing could run
                     if not events:
                         raise RuntimeError(f"simulation stuck at t={clock.now:.3f}: calls wait "
                                            "but nothing can run")
@@ -265,15 +278,36 @@ class Driver:
             else:
                 return
 
+    def _step(self, engine: LLMEngine, clock: VirtualClock) -> bool:
+        """One `engine.step()`: record first tokens, hand finished calls to `_finished`.
+        False when nothing could run (the executor ran no step)."""
+        steps_before = engine.executor.num_steps
+        for out in engine.step():
+            if out.new_token_ids:
+                self.call_first_token.setdefault(out.call_id, clock.now)
+            if out.finished:
+                self._finished(out.call_id)
+        return engine.executor.num_steps != steps_before
+
     def _push(self, t: float, program: _Program, call: TraceCall | None) -> None:
         heapq.heappush(self.events, (t, next(self.seq), program, call))
 
     def _start(self, program: _Program) -> None:
-        calls = program.trace.calls
-        oracle = (sum(self.cost.call_seconds(c.prompt_len, c.output_len) for c in calls)
-                  if self.use_oracle else None)
         program.engine_id = self.engine.start_program(program.trace.program_id,
-                                                      oracle_work=oracle)
+                                                      oracle_work=self._oracle_work(program))
+        self._open(program)
+
+    def _oracle_work(self, program: _Program) -> float | None:
+        """The program's total service, for the oracle policy only."""
+        if not self.use_oracle:
+            return None
+        return sum(self.cost.call_seconds(c.prompt_len, c.output_len)
+                   for c in program.trace.calls)
+
+    def _open(self, program: _Program) -> None:
+        """Set up the program's call DAG and push its root calls (after their delay since
+        the program's arrival)."""
+        calls = program.trace.calls
         program.calls_left = len(calls)
         for call in calls:
             program.pending_parents[call.call_id] = len(call.parents)
@@ -282,30 +316,43 @@ class Driver:
             if not call.parents:
                 self._push(program.trace.arrival + call.delay, program, call)
 
+    def _params(self, output_len: int) -> SamplingParams:
+        params = self.params.get(output_len)
+        if params is None:
+            params = self.params[output_len] = SamplingParams(max_tokens=output_len,
+                                                              ignore_eos=True)
+        return params
+
     def _add(self, program: _Program, call: TraceCall) -> None:
         key = f"{program.trace.program_id}/{call.call_id}"
-        params = self.params.get(call.output_len)
-        if params is None:
-            params = self.params[call.output_len] = SamplingParams(max_tokens=call.output_len,
-                                                                   ignore_eos=True)
         prompt = self.prompts.prompt(program.index, call, program.trace)
-        self.engine.add_call(program.engine_id, prompt, params, call_id=key)
+        self.engine.add_call(program.engine_id, prompt, self._params(call.output_len),
+                             call_id=key)
         self.by_call_id[key] = (program, call)
         self.call_start[key] = self.clock.now
 
     def _finished(self, call_id: str) -> None:
-        now = self.clock.now
         completion = self.engine.pop_completion(call_id)
-        program, call = self.by_call_id.pop(call_id)
+        if self._completed(call_id, len(completion.token_ids), self.clock.now):
+            self.engine.end_program(self.by_call_id.pop(call_id)[0].engine_id)
+        else:
+            del self.by_call_id[call_id]
+
+    def _completed(self, call_id: str, generated: int, now: float) -> bool:
+        """Record a call that finished at `now` with `generated` tokens: push the children
+        it was the last parent of (after their delay); True when it was its program's last
+        call (the program's result is recorded; ending it on the engine is the caller's)."""
+        program, call = self.by_call_id[call_id]
         self.call_finish[call_id] = now
-        program.generated += len(completion.token_ids)
+        program.generated += generated
         program.calls_left -= 1
         for child in program.children.get(call.call_id, ()):
             program.pending_parents[child.call_id] -= 1
             if program.pending_parents[child.call_id] == 0:
                 self._push(now + child.delay, program, child)
-        if program.calls_left == 0:
-            self.engine.end_program(program.engine_id)
-            trace = program.trace
-            self.results.append(ProgramResult(trace.program_id, trace.workload, trace.arrival,
-                                              now, program.generated, len(trace.calls)))
+        if program.calls_left:
+            return False
+        trace = program.trace
+        self.results.append(ProgramResult(trace.program_id, trace.workload, trace.arrival,
+                                          now, program.generated, len(trace.calls)))
+        return True

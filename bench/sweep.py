@@ -21,6 +21,7 @@ from typing import Iterable, Sequence
 from tqdm import tqdm
 
 from bench.metrics import compute_metrics
+from bench.multi_sim import DEFAULT_CUTOFF, replica_options, simulate_replicas
 from bench.simulate import simulate
 from bench.trace import Trace
 
@@ -62,8 +63,11 @@ def generate_trace(workload: str, num_programs: int, seed: int, rate: float) -> 
 
 def sweep(workload: str, policies: Sequence[str], rates: Sequence[float], num_programs: int,
           seed: int, preset: str = "a100-80g", model: str = "llama-3.1-8b",
-          progress: bool = True) -> list[SweepPoint]:
-    """Simulate every policy at every rate; returns the points in (rate, policy) order."""
+          progress: bool = True, replicas: int = 1, placement: str | None = None,
+          cutoff: int | str = DEFAULT_CUTOFF) -> list[SweepPoint]:
+    """Simulate every policy at every rate (on `replicas` engines behind `placement` when
+    either is given: `run_point`); returns the points in (rate, policy) order."""
+    multi = replica_options(replicas, placement, cutoff)
     if not policies:
         raise ValueError("policies: must not be empty")
     if not rates:
@@ -76,7 +80,7 @@ def sweep(workload: str, policies: Sequence[str], rates: Sequence[float], num_pr
             trace = generate_trace(workload, num_programs, seed, rate)
             for policy in policies:
                 bar.set_postfix_str(f"{policy} @ {rate:g}/s")
-                points.append(run_point(workload, trace, policy, rate, preset, model))
+                points.append(run_point(workload, trace, policy, rate, preset, model, **multi))
                 bar.update(1)
     finally:
         bar.close()
@@ -84,9 +88,17 @@ def sweep(workload: str, policies: Sequence[str], rates: Sequence[float], num_pr
 
 
 def run_point(workload: str, trace: Trace, policy: str, rate: float,
-              preset: str = "a100-80g", model: str = "llama-3.1-8b") -> SweepPoint:
-    """Simulate `trace` (arriving at `rate`) under `policy` and summarize it."""
-    result = simulate(trace, policy, preset=preset, model=model)
+              preset: str = "a100-80g", model: str = "llama-3.1-8b", replicas: int = 1,
+              placement: str | None = None,
+              cutoff: int | str = DEFAULT_CUTOFF) -> SweepPoint:
+    """Simulate `trace` (arriving at `rate`) under `policy` and summarize it: on one engine
+    (`simulate`), or on `replicas` engines behind `placement` (`simulate_replicas`; the
+    placement defaults to `bench.multi_sim.DEFAULT_PLACEMENT`) when either is given."""
+    multi = replica_options(replicas, placement, cutoff)
+    if multi:
+        result = simulate_replicas(trace, policy, preset=preset, model=model, **multi)
+    else:
+        result = simulate(trace, policy, preset=preset, model=model)
     m = compute_metrics(result.programs)
     return SweepPoint(
         workload=workload, policy=policy, rate=rate, num_programs=len(trace.programs),
