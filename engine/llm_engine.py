@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from dataclasses import replace
 from typing import Callable, Sequence
@@ -109,12 +110,22 @@ class LLMEngine:
     def add_call(self, program_id: str | None, prompt: Prompt,
                  params: SamplingParams | None = None, thread_id: str | None = None,
                  call_id: str | None = None, tenant: str | None = None,
-                 expected_tool_seconds: float | None = None) -> str:
+                 expected_tool_seconds: float | None = None,
+                 program_service: float | None = None) -> str:
         """Queue a call of an active program (None: a fresh one-call program of `tenant`
         that ends with the call). `expected_tool_seconds` hints how long the tool call after
-        this call takes (how long to keep the program's KV). Everything is validated before
-        anything is recorded."""
+        this call takes (how long to keep the program's KV). `program_service` is the
+        program's global service as a trusted router folds it over all replicas: the
+        program's service is raised to it (never lowered; booked as floor, see
+        ProcessTable.raise_service) before the policy places the call, so a program gets
+        the same level on every replica. Everything is validated before anything is
+        recorded."""
         params = params or SamplingParams()
+        if program_service is not None and not (
+                isinstance(program_service, (int, float)) and math.isfinite(program_service)
+                and program_service >= 0):
+            raise ValueError(f"program_service must be a finite number >= 0, got "
+                             f"{program_service!r}")
         if expected_tool_seconds is not None and not (
                 isinstance(expected_tool_seconds, (int, float))
                 and 0 <= expected_tool_seconds <= MAX_EXPECTED_TOOL_SECONDS):
@@ -136,7 +147,8 @@ class LLMEngine:
         call = Call(call_id, token_ids, params, now, index, self.max_model_len, program_id,
                     self.eos_token_ids)
         self.calls[call_id] = call
-        self.scheduler.add(call, now, program_id, thread_id, expected_tool_seconds)
+        self.scheduler.add(call, now, program_id, thread_id, expected_tool_seconds,
+                           program_service)
         return call_id
 
     def abort_call(self, call_id: str) -> None:

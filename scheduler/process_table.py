@@ -307,6 +307,17 @@ class ProcessTable:
         program.prompt_tokens += prompt_tokens
         self._idle.pop(record.program_id, None)
 
+    def raise_service(self, program: ProgramRecord, value: float) -> None:
+        """Raise `program`'s service to at least `value`: a priority value from a trusted
+        router, which folds the program's calls over every replica (server/router/). The
+        raise is booked as floor, never as own service, so the program's own service stays
+        what this table charged it (what its tenant is credited at the end: nothing counts
+        twice), and this table's own floors and decay still apply (the higher wins). Active
+        calls keep their start values (a new call starts from the raised service)."""
+        if value > program.service:
+            program.floor += value - program.service
+            program.service = value
+
     def complete_call(self, record: CallRecord, now: float, generated_tokens: int) -> None:
         """Drop a finished or aborted call from its program's active calls."""
         program = self._programs.get(record.program_id)

@@ -155,13 +155,19 @@ class Scheduler:
         return record, calls
 
     def add(self, call: SchedulableCall, now: float, program_id: str,
-            thread_id: str | None = None, expected_tool_seconds: float | None = None) -> None:
+            thread_id: str | None = None, expected_tool_seconds: float | None = None,
+            program_service: float | None = None) -> None:
         """Queue a new call of an active program at the level its policy gives it.
-        `expected_tool_seconds`: the client's hint of the tool time after this call."""
+        `expected_tool_seconds`: the client's hint of the tool time after this call;
+        `program_service`: a trusted router's value of the program's service, which the
+        program's service is raised to (ProcessTable.raise_service) before the policy
+        computes the call's start value and level, so every replica enters it alike."""
         program = self.table.get(program_id)
         record = CallRecord(call.call_id, program_id, thread_id, now, waiting_since=now,
                             expected_tool_seconds=expected_tool_seconds)
         self.table.add_call(record, call.num_tokens)  # may decay the program's service
+        if program_service is not None:
+            self.table.raise_service(program, program_service)
         record.start_value = self.policy.start_value(program)
         record.queue = self.policy.entry_level(program, self.levels)
         record.quantum_left = self.levels.quantum(record.queue)

@@ -69,7 +69,7 @@ class ChatMessages(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("program_id", "thread_id", "call_id", "text", "token_ids", "messages", "sampling", "expected_tool_seconds")
+    __slots__ = ("program_id", "thread_id", "call_id", "text", "token_ids", "messages", "sampling", "expected_tool_seconds", "program_priority")
     PROGRAM_ID_FIELD_NUMBER: _ClassVar[int]
     THREAD_ID_FIELD_NUMBER: _ClassVar[int]
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
@@ -78,6 +78,7 @@ class GenerateRequest(_message.Message):
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_TOOL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    PROGRAM_PRIORITY_FIELD_NUMBER: _ClassVar[int]
     program_id: str
     thread_id: str
     call_id: str
@@ -86,7 +87,8 @@ class GenerateRequest(_message.Message):
     messages: ChatMessages
     sampling: SamplingParams
     expected_tool_seconds: float
-    def __init__(self, program_id: _Optional[str] = ..., thread_id: _Optional[str] = ..., call_id: _Optional[str] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., messages: _Optional[_Union[ChatMessages, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., expected_tool_seconds: _Optional[float] = ...) -> None: ...
+    program_priority: float
+    def __init__(self, program_id: _Optional[str] = ..., thread_id: _Optional[str] = ..., call_id: _Optional[str] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., messages: _Optional[_Union[ChatMessages, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., expected_tool_seconds: _Optional[float] = ..., program_priority: _Optional[float] = ...) -> None: ...
 
 class Delta(_message.Message):
     __slots__ = ("token_ids", "text")

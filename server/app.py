@@ -29,7 +29,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from engine import EngineConfig, LLMEngine
-from server.auth import TokenAuth
+from server.auth import RouterTrust, TokenAuth
 from server.engine_loop import EngineLoop
 from server.handlers import add_service
 from server.metrics import ServerMetrics
@@ -59,7 +59,9 @@ class ServeOptions:
     `metrics_port` serves /metrics alone (for a gRPC-only server); `metrics_tenant_label`
     adds a tenant label to the program histograms. `max_prompt_bytes` bounds a text
     prompt before it is tokenized; health turns NOT_SERVING when the engine has work and
-    has made no progress for `health_stall_seconds`."""
+    has made no progress for `health_stall_seconds`. `router_token` (None: off) is the
+    token of the trusted router (server/router/): only a request whose metadata carries it
+    (`x-agentix-router-token`) may set a program's priority value."""
 
     host: str = "127.0.0.1"
     port: int | None = 0
@@ -72,6 +74,7 @@ class ServeOptions:
     metrics_tenant_label: bool = False
     max_prompt_bytes: int = DEFAULT_MAX_PROMPT_BYTES
     health_stall_seconds: float = 30.0
+    router_token: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.port is None and self.http_port is None:
@@ -89,6 +92,8 @@ class ServeOptions:
         if not self.health_stall_seconds > 0:
             raise ValueError(f"health_stall_seconds: must be positive, got "
                              f"{self.health_stall_seconds}")
+        if self.router_token is not None:
+            RouterTrust(self.router_token)  # ValueError for an unusable token
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -205,13 +210,14 @@ def _close(engine_loop: EngineLoop, loop: asyncio.AbstractEventLoop,
 
 
 async def _start_grpc(engine_loop: EngineLoop, prompts: PromptTokenizer,
-                      auth: TokenAuth | None, host: str, port: int
+                      auth: TokenAuth | None, host: str, port: int,
+                      router: RouterTrust | None = None
                       ) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
     # A message may carry a prompt at the limit plus room for the other fields.
     max_message = 2 * prompts.max_prompt_bytes + MESSAGE_OVERHEAD_BYTES
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0),
                                       ("grpc.max_receive_message_length", max_message)])
-    add_service(AgentixServicer(engine_loop, prompts, auth), server)
+    add_service(AgentixServicer(engine_loop, prompts, auth, router), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     enable_reflection((SERVICE_NAME, HEALTH_SERVICE_NAME), server)
@@ -263,8 +269,10 @@ async def _start_all(engine_loop: EngineLoop, prompts: PromptTokenizer,
         for server in services.http.values():
             await server.start()
         if options.port is not None:
+            router = (RouterTrust(options.router_token) if options.router_token is not None
+                      else None)
             services.grpc_server, services.health, services.grpc_port = await _start_grpc(
-                engine_loop, prompts, auth, options.host, options.port)
+                engine_loop, prompts, auth, options.host, options.port, router)
             services.health_watch = asyncio.ensure_future(
                 _watch_health(engine_loop, services.health))
     except BaseException:

@@ -85,3 +85,38 @@ class TokenAuth:
         if tenant is None:
             raise AuthError("authorization: unknown bearer token")
         return tenant
+
+
+ROUTER_TOKEN_HEADER = "x-agentix-router-token"
+
+
+def load_router_token(path: str | Path) -> str:
+    """The router token in `path`: the file's one non-blank, non-comment line, stripped
+    (ValueError naming the file when there is none or more than one, or it has a space)."""
+    path = Path(path)
+    lines = [line.split("#", 1)[0].strip() for line in path.read_text().splitlines()]
+    tokens = [line for line in lines if line]
+    if len(tokens) != 1 or len(tokens[0].split()) != 1:
+        raise ValueError(f"{path}: expected one line holding the router token, got "
+                         f"{len(tokens)} line(s)")
+    return tokens[0]
+
+
+@dataclass(frozen=True)
+class RouterTrust:
+    """Whether a request comes from this replica's trusted router: its metadata carries
+    `x-agentix-router-token: <token>` equal (constant-time compare) to the replica's own.
+    Only such a request may carry a program's global priority value (`program_priority`)."""
+
+    token: str = field(repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.token or len(self.token.split()) != 1:
+            raise ValueError("router_token: must be one non-empty word")
+
+    def trusted(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> bool:
+        values = [value for key, value in metadata or () if key.lower() == ROUTER_TOKEN_HEADER]
+        if len(values) != 1 or not isinstance(values[0], str):
+            return False
+        return hmac.compare_digest(self.token.encode(), values[0].strip().encode())
+

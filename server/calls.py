@@ -26,6 +26,7 @@ class CallRequest:
     thread_id: str | None = None
     expected_tool_seconds: float | None = None
     start_unknown: bool = False
+    program_service: float | None = None  # a trusted router's priority value
 
 
 def adder(request: CallRequest) -> Callable[[LLMEngine], str]:
@@ -42,6 +43,7 @@ def adder(request: CallRequest) -> Callable[[LLMEngine], str]:
         return engine.add_call(program_id, request.prompt, request.params, request.thread_id,
                                request.call_id,
                                tenant=request.tenant if program_id is None else None,
-                               expected_tool_seconds=request.expected_tool_seconds)
+                               expected_tool_seconds=request.expected_tool_seconds,
+                               program_service=request.program_service)
 
     return add

@@ -1,7 +1,9 @@
 """The `agentix` command line. `agentix demo` serves SmolLM2 and runs three agent programs
 against it; `agentix generate` answers a few chat prompts offline; `agentix serve` runs the
 server (gRPC, OpenAI-compatible HTTP, or both) until SIGINT or SIGTERM, its arguments checked
-before the model loads (server/cli_checks.py); `agentix top` watches one server live.
+before the model loads (server/cli_checks.py), or with `--replicas N` N local replica
+processes behind a router; `agentix router` routes over replicas running elsewhere;
+`agentix top` watches one server live.
 Building the parser imports no torch. A bad argument is one line on stderr, status 2."""
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from typing import NoReturn
 
 from scheduler.config import KV_MEMORY_MODES, PREEMPTION_MODES, SchedulerConfig
 from scheduler.policies import POLICIES
-from server.cli_checks import UsageError, serve_setup
+from server.cli_checks import (PLACEMENT_NAMES, UsageError, parse_cutoff, replicas_setup,
+                               router_setup, serve_setup)
 from server.config_flags import parse_override, positive_float
 from server.limits import DEFAULT_MAX_PROMPT_BYTES
 
@@ -54,6 +57,9 @@ def _generate(args: argparse.Namespace) -> None:
 
 
 def _serve(args: argparse.Namespace) -> None:
+    if args.replicas is not None:
+        _serve_replicas(args)
+        return
     config, options = serve_setup(args)
     from server.app import serve_forever
 
@@ -64,6 +70,63 @@ def _serve(args: argparse.Namespace) -> None:
                 print(f"{label} serving on {address}", flush=True)
 
     serve_forever(config, options, on_ready=ready)
+
+
+def _serve_replicas(args: argparse.Namespace) -> None:
+    """`agentix serve --replicas N`: N local `agentix serve` processes behind a router in
+    this process, on one address ("agentix serving on HOST:PORT", after one "replica I
+    serving on ADDRESS" line each)."""
+    local, options = replicas_setup(args, _child_serve_args)
+    from server.router.app import serve_router_forever
+
+    def ready(running) -> None:
+        for i, address in enumerate(local.addresses):
+            print(f"replica {i} serving on {address}", flush=True)
+        print(f"agentix serving on {running.address}", flush=True)
+
+    from server.router.spawn import ReplicaStartError
+
+    try:
+        serve_router_forever(options, on_ready=ready, local=local)
+    except (ReplicaStartError, TimeoutError) as exc:
+        raise SystemExit(f"agentix serve: {exc}") from None
+
+
+# `agentix serve` flags a replica child does not get from its parent (it gets its own).
+_PARENT_ONLY = frozenset({"help", "replicas", "placement", "cutoff", "host", "port", "no_grpc",
+                          "http_port", "metrics_port", "router_token_file", "model"})
+
+
+def _child_serve_args(args: argparse.Namespace, model: str) -> list[str]:
+    """The `agentix serve` arguments of a local replica: every engine and serving flag as
+    the parent got it (defaults included), `--model` resolved, no port or router flags."""
+    out = ["--model", model]
+    for action in args.serve_parser._actions:
+        if action.dest in _PARENT_ONLY or not action.option_strings:
+            continue
+        value = getattr(args, action.dest, None)
+        flag = action.option_strings[0]
+        if isinstance(action, argparse._StoreTrueAction):
+            out += [flag] if value else []
+        elif isinstance(action, argparse._AppendAction):
+            for name, item in value or ():
+                out += [flag, f"{name}={item!r}"]
+        elif value is not None:
+            out += [flag, str(value)]
+    return out
+
+
+def _router(args: argparse.Namespace) -> None:
+    options = router_setup(args)
+    from server.router.app import serve_router_forever
+
+    def ready(running) -> None:
+        print(f"agentix router serving on {running.address}", flush=True)
+
+    try:
+        serve_router_forever(options, on_ready=ready)
+    except TimeoutError as exc:
+        raise SystemExit(f"agentix router: {exc}") from None
 
 
 def _top(args: argparse.Namespace) -> None:
@@ -143,6 +206,15 @@ def _add_serve_parser(sub) -> None:
     serve.add_argument("--grace", type=float, default=5.0, metavar="S",
                        help="seconds calls in flight get to finish on shutdown (a second "
                             "signal exits at once)")
+    serve.add_argument("--router-token-file", metavar="FILE",
+                       help="a file holding the token of a trusted router: only requests "
+                            "carrying it (x-agentix-router-token) may set a program's "
+                            "priority value (default: no router is trusted)")
+    serve.add_argument("--replicas", type=_positive_int, metavar="N",
+                       help="run N local replica processes (each on a free loopback port, "
+                            "same model and engine flags) behind a router on --host/--port "
+                            "(gRPC only; default: one engine in this process)")
+    _add_placement_flags(serve, "with --replicas: ")
     engine = serve.add_argument_group(
         "engine", "EngineConfig fields (engine/config.py); --set sets any other one")
     engine.add_argument("--dtype", choices=DTYPES, default="float32", help="weights and KV")
@@ -170,7 +242,51 @@ def _add_serve_parser(sub) -> None:
                         metavar="FIELD=VALUE",
                         help="any other EngineConfig field, VALUE a Python literal "
                              "(repeatable), e.g. --set block_size=32 --set starvation_beta=None")
-    serve.set_defaults(run=_serve)
+    serve.set_defaults(run=_serve, serve_parser=serve)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
+    return value
+
+
+def _add_placement_flags(parser: argparse.ArgumentParser, prefix: str = "") -> None:
+    parser.add_argument("--placement", choices=PLACEMENT_NAMES, default="agentix",
+                        help=f"{prefix}which replica a call goes to (scheduler/placement/)")
+    parser.add_argument("--cutoff", type=parse_cutoff, default=2048, metavar="N|auto",
+                        help=f"{prefix}the agentix placement's prompt-token cutoff: shorter "
+                             f"calls go to the least-loaded replica, longer ones to their "
+                             f"program's pinned replica ('auto': adapted from observed cache "
+                             f"hits and queue times)")
+
+
+def _add_router_parser(sub) -> None:
+    router = sub.add_parser("router", formatter_class=_HelpFormatter,
+                            help="route agentix.v1.Agentix over running replicas (same API)")
+    router.add_argument("--replica", action="append", required=True, metavar="HOST:PORT",
+                        help="a replica's gRPC address (repeatable; index = order given)")
+    _add_placement_flags(router)
+    router.add_argument("--host", default="127.0.0.1", help="the address the router listens on")
+    router.add_argument("--port", type=int, default=50051, help="gRPC port (0: a free one)")
+    router.add_argument("--model", metavar="DIR",
+                        help="the replicas' model directory: only its tokenizer is loaded, "
+                             "to size text prompts for placement (default: estimated from "
+                             "their bytes, no prefix hashes)")
+    router.add_argument("--auth-token-file", metavar="FILE",
+                        help="'TOKEN TENANT' lines, the replicas' own file: the router "
+                             "authenticates and forwards the client's token (default: off)")
+    router.add_argument("--router-token-file", metavar="FILE",
+                        help="the token the replicas trust (their --router-token-file): sent "
+                             "with every call so they accept its priority value")
+    router.add_argument("--max-prompt-bytes", type=int, default=DEFAULT_MAX_PROMPT_BYTES,
+                        metavar="N", help="a text prompt larger than this is refused")
+    router.add_argument("--program-ttl", type=float, default=SCHEDULER.program_ttl,
+                        metavar="S", help="seconds an idle program lives before it expires")
+    router.add_argument("--grace", type=float, default=5.0, metavar="S",
+                        help="seconds calls in flight get to finish on shutdown")
+    router.set_defaults(run=_router)
 
 
 def _top_count(text: str) -> int:
@@ -198,6 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="scheduling policy")
     gen.set_defaults(run=_generate)
     _add_serve_parser(sub)
+    _add_router_parser(sub)
     top = sub.add_parser("top", formatter_class=_HelpFormatter,
                          help="a live view of one server: load, KV, queues, counters, programs")
     top.add_argument("address", help="the server's gRPC address, HOST:PORT")

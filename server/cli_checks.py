@@ -9,11 +9,19 @@ import argparse
 import contextlib
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
     from engine import EngineConfig
     from server.app import ServeOptions
+    from server.router.app import RouterOptions
+    from server.router.spawn import LocalReplicas
+
+try:  # the placement registry (scheduler/placement/__init__.py), torch-free
+    from scheduler.placement import PLACEMENTS as _PLACEMENTS
+    PLACEMENT_NAMES: tuple[str, ...] = tuple(_PLACEMENTS)
+except ImportError:
+    PLACEMENT_NAMES = ("agentix", "round_robin", "least_loaded", "pinned", "prefix_aware")
 
 
 class UsageError(Exception):
@@ -28,6 +36,7 @@ def serve_setup(args: argparse.Namespace) -> tuple[EngineConfig, ServeOptions]:
     if args.no_grpc and args.http_port is None:
         raise UsageError("--no-grpc: an HTTP-only server needs --http-port")
     tokens = _tokens(args.auth_token_file)
+    router_token = _router_token(args.router_token_file)
     from server.app import ServeOptions
 
     try:
@@ -37,7 +46,7 @@ def serve_setup(args: argparse.Namespace) -> tuple[EngineConfig, ServeOptions]:
             grace=args.grace, served_model_name=args.served_model_name,
             metrics_tenant_label=args.metrics_tenant_label,
             max_prompt_bytes=args.max_prompt_bytes,
-            health_stall_seconds=args.health_stall_seconds)
+            health_stall_seconds=args.health_stall_seconds, router_token=router_token)
     except ValueError as exc:
         raise UsageError(f"serve options: {exc}") from None
     config = engine_config(args, args.model or "")
@@ -46,6 +55,94 @@ def serve_setup(args: argparse.Namespace) -> tuple[EngineConfig, ServeOptions]:
     model = args.model or _default_model()
     _read_model_config(model)
     return dataclasses.replace(config, model=model), options
+
+
+def parse_cutoff(text: str) -> int | str:
+    """argparse type of `--cutoff`: a prompt-token count >= 0, or "auto"."""
+    if text == "auto":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a token count >= 0 or 'auto', got {text!r}")
+    return value
+
+
+def _router_token(path: str | None) -> str | None:
+    from server.auth import load_router_token
+
+    try:
+        return load_router_token(path) if path else None
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--router-token-file: {exc}") from None
+
+
+def _check_placement(name: str, cutoff: int | str) -> None:
+    from server.router.app import make_placement
+
+    try:
+        make_placement(name, cutoff)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"--placement {name}: {exc}") from None
+
+
+def _check_address(address: str) -> None:
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+        raise UsageError(f"--replica: expected HOST:PORT, got {address!r}")
+
+
+def router_setup(args: argparse.Namespace) -> RouterOptions:
+    """The options of `agentix router` (UsageError naming a bad argument)."""
+    for address in args.replica:
+        _check_address(address)
+    if args.model is not None:
+        _check_model_path(args.model)
+    tokens = _tokens(args.auth_token_file)
+    router_token = _router_token(args.router_token_file)
+    _check_placement(args.placement, args.cutoff)
+    from scheduler.config import SchedulerConfig
+    from server.app import ServeOptions
+    from server.router.app import RouterOptions
+
+    try:
+        options = RouterOptions(
+            replicas=tuple(args.replica), placement=args.placement, cutoff=args.cutoff,
+            host=args.host, port=args.port, model=args.model, auth_tokens=tokens,
+            router_token=router_token, grace=args.grace, max_prompt_bytes=args.max_prompt_bytes,
+            scheduler=SchedulerConfig(program_ttl=args.program_ttl))
+    except ValueError as exc:
+        raise UsageError(f"router options: {exc}") from None
+    _check_ports(ServeOptions(host=args.host, port=args.port))
+    return options
+
+
+def replicas_setup(args: argparse.Namespace,
+                   child_args: Callable[[argparse.Namespace, str], list[str]]
+                   ) -> tuple[LocalReplicas, RouterOptions]:
+    """`agentix serve --replicas N`: every `agentix serve` check, then the local replicas
+    (not started yet) and the router's options (UsageError naming a bad argument)."""
+    for flag, given in (("--no-grpc", args.no_grpc or None), ("--http-port", args.http_port),
+                        ("--metrics-port", args.metrics_port),
+                        ("--router-token-file", args.router_token_file)):
+        if given is not None:
+            raise UsageError(f"{flag}: not with --replicas (the router serves gRPC only and "
+                             f"makes its own router token)")
+    config, options = serve_setup(args)
+    _check_placement(args.placement, args.cutoff)
+    from server.router.app import RouterOptions
+    from server.router.spawn import LocalReplicas
+
+    local = LocalReplicas(args.replicas, child_args(args, config.model))
+    router = RouterOptions(
+        replicas=(), placement=args.placement, cutoff=args.cutoff, host=options.host,
+        port=options.port, model=config.model, auth_tokens=options.auth_tokens,
+        router_token=local.token, grace=options.grace,
+        max_prompt_bytes=options.max_prompt_bytes,
+        scheduler=config.scheduler_config(0))  # the replicas' TTL, half-lives and caps
+    return local, router
 
 
 def _default_model() -> str:

@@ -9,11 +9,20 @@ sequence of token ids, or chat messages `[{"role": "user", "content": "Hi"}, ...
 applies the model's chat template). Sampling keywords: temperature, top_p, top_k, seed,
 max_tokens, stop, stop_token_ids, ignore_eos; any other key raises `TypeError` before an RPC
 is made, and a key given as `None` is left at the server's default.
+
+Retries: `generate(..., retries=N)` (or `retry_unavailable=N` on the client, the default of
+every `generate`) re-sends a call that failed with UNAVAILABLE (a replica lost mid-stream
+behind a router, a draining server) up to N times, with the same call id (one is chosen
+here when the caller gave none), after RETRY_BACKOFF_SECONDS x the attempt number. Only
+`generate` and `generate_many` retry: a retried call starts over, which a stream's consumer
+would see as repeated deltas.
 """
 
 from __future__ import annotations
 
 import asyncio
+import secrets
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Iterator, Sequence, Union
@@ -27,6 +36,22 @@ from server.wire import message_to_dict
 Prompt = Union[str, Sequence[int], Sequence[dict]]
 SAMPLING_KEYS = frozenset({"temperature", "top_p", "top_k", "seed", "max_tokens", "stop",
                            "stop_token_ids", "ignore_eos"})
+RETRY_BACKOFF_SECONDS = 0.1
+
+
+def _retry_plan(retries: int | None, default: int, call_id: str | None
+                ) -> tuple[int, str | None]:
+    """(retries, call id): a retried call needs an id of its own choosing to reuse."""
+    retries = default if retries is None else retries
+    if not isinstance(retries, int) or retries < 0:
+        raise ValueError(f"retries must be an int >= 0, got {retries!r}")
+    if retries and not call_id:
+        call_id = f"call-{secrets.token_hex(8)}"
+    return retries, call_id
+
+
+def _should_retry(error: AgentixError, attempt: int, retries: int) -> bool:
+    return error.code == grpc.StatusCode.UNAVAILABLE and attempt < retries
 
 
 class AgentixError(Exception):
@@ -149,9 +174,11 @@ def _error_from(error: grpc.RpcError) -> AgentixError:
 
 
 class _ClientBase:
-    def __init__(self, token: str | None, timeout: float | None) -> None:
+    def __init__(self, token: str | None, timeout: float | None,
+                 retry_unavailable: int = 0) -> None:
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self._timeout = timeout
+        self.retry_unavailable, _ = _retry_plan(retry_unavailable, 0, "given")
 
     def _options(self) -> dict[str, Any]:
         return {"metadata": self._metadata, "timeout": self._timeout}
@@ -184,11 +211,12 @@ class _ProgramBase:
 class AgentixClient(_ClientBase):
     """A blocking client over one insecure channel to `address` ("host:port"). With `token`,
     every RPC carries `authorization: Bearer <token>`; `timeout` (seconds) is each RPC's
-    deadline, a stream's included. Use as a context manager or call `close()`."""
+    deadline, a stream's included; `retry_unavailable` is the default `retries` of every
+    `generate` (see the module docstring). Use as a context manager or call `close()`."""
 
     def __init__(self, address: str, token: str | None = None,
-                 timeout: float | None = None) -> None:
-        super().__init__(token, timeout)
+                 timeout: float | None = None, retry_unavailable: int = 0) -> None:
+        super().__init__(token, timeout, retry_unavailable)
         self._channel = grpc.insecure_channel(address)
         self._stub = agentix_pb2_grpc.AgentixStub(self._channel)
 
@@ -219,9 +247,24 @@ class AgentixClient(_ClientBase):
         block raised)."""
         return Program(self, None, tenant=tenant, proposed_id=program_id)
 
-    def generate(self, prompt: Prompt, **sampling: Any) -> Completion:
-        """One call in a one-call program of its own."""
-        return _run_to_completion(self.stream(prompt, **sampling))
+    def generate(self, prompt: Prompt, *, retries: int | None = None,
+                 **sampling: Any) -> Completion:
+        """One call in a one-call program of its own (`retries`: see the module docstring)."""
+        return self._generate(_generate_request(None, prompt, None, None, sampling), retries)
+
+    def _generate(self, request: agentix_pb2.GenerateRequest,
+                  retries: int | None) -> Completion:
+        retries, request.call_id = _retry_plan(retries, self.retry_unavailable,
+                                               request.call_id)
+        attempt = 0
+        while True:
+            try:
+                return _run_to_completion(self._stream(request))
+            except AgentixError as error:
+                if not _should_retry(error, attempt, retries):
+                    raise
+            attempt += 1
+            time.sleep(RETRY_BACKOFF_SECONDS * attempt)
 
     def stream(self, prompt: Prompt, **sampling: Any) -> Iterator[Delta | Completion]:
         """One call in a one-call program of its own, streamed (see `Program.stream`)."""
@@ -295,10 +338,12 @@ class Program(_ProgramBase):
                 raise
 
     def generate(self, prompt: Prompt, *, thread_id: str | None = None,
-                 call_id: str | None = None, **sampling: Any) -> Completion:
-        """Run one call to completion."""
-        return _run_to_completion(self.stream(prompt, thread_id=thread_id, call_id=call_id,
-                                              **sampling))
+                 call_id: str | None = None, retries: int | None = None,
+                 **sampling: Any) -> Completion:
+        """Run one call to completion; `retries` (default: the client's
+        `retry_unavailable`) re-sends it with the same call id on UNAVAILABLE."""
+        return self.client._generate(self._request(prompt, thread_id, call_id, sampling),
+                                     retries)
 
     def stream(self, prompt: Prompt, *, thread_id: str | None = None,
                call_id: str | None = None, **sampling: Any) -> Iterator[Delta | Completion]:
@@ -307,15 +352,15 @@ class Program(_ProgramBase):
         (break, or closing the generator) cancels the RPC, and the server aborts the call."""
         return self.client._stream(self._request(prompt, thread_id, call_id, sampling))
 
-    def generate_many(self, prompts: Sequence[Prompt], **sampling: Any) -> list[Completion]:
+    def generate_many(self, prompts: Sequence[Prompt], *, retries: int | None = None,
+                      **sampling: Any) -> list[Completion]:
         """Run the calls at once, one thread each (thread ids "t0", "t1", ...); completions in
         prompt order. Waits for every call; then raises the first error in prompt order."""
         requests = [self._request(p, f"t{i}", None, sampling) for i, p in enumerate(prompts)]
         if not requests:
             return []
         with ThreadPoolExecutor(max_workers=len(requests)) as pool:
-            futures = [pool.submit(_run_to_completion, self.client._stream(r))
-                       for r in requests]
+            futures = [pool.submit(self.client._generate, r, retries) for r in requests]
             return [f.result() for f in futures]  # leaving the pool waits for every call
 
     def info(self) -> dict[str, Any]:
@@ -337,8 +382,8 @@ class AsyncAgentixClient(_ClientBase):
     `async with`."""
 
     def __init__(self, address: str, token: str | None = None,
-                 timeout: float | None = None) -> None:
-        super().__init__(token, timeout)
+                 timeout: float | None = None, retry_unavailable: int = 0) -> None:
+        super().__init__(token, timeout, retry_unavailable)
         self._channel = grpc.aio.insecure_channel(address)
         self._stub = agentix_pb2_grpc.AgentixStub(self._channel)
 
@@ -369,8 +414,24 @@ class AsyncAgentixClient(_ClientBase):
         """A program for an `async with` block (see `Program`)."""
         return AsyncProgram(self, None, tenant=tenant, proposed_id=program_id)
 
-    async def generate(self, prompt: Prompt, **sampling: Any) -> Completion:
-        return await _arun_to_completion(self.stream(prompt, **sampling))
+    async def generate(self, prompt: Prompt, *, retries: int | None = None,
+                       **sampling: Any) -> Completion:
+        return await self._generate(_generate_request(None, prompt, None, None, sampling),
+                                    retries)
+
+    async def _generate(self, request: agentix_pb2.GenerateRequest,
+                        retries: int | None) -> Completion:
+        retries, request.call_id = _retry_plan(retries, self.retry_unavailable,
+                                               request.call_id)
+        attempt = 0
+        while True:
+            try:
+                return await _arun_to_completion(self._stream(request))
+            except AgentixError as error:
+                if not _should_retry(error, attempt, retries):
+                    raise
+            attempt += 1
+            await asyncio.sleep(RETRY_BACKOFF_SECONDS * attempt)
 
     def stream(self, prompt: Prompt, **sampling: Any) -> AsyncIterator[Delta | Completion]:
         return self._stream(_generate_request(None, prompt, None, None, sampling))
@@ -441,20 +502,21 @@ class AsyncProgram(_ProgramBase):
                 raise
 
     async def generate(self, prompt: Prompt, *, thread_id: str | None = None,
-                       call_id: str | None = None, **sampling: Any) -> Completion:
-        return await _arun_to_completion(self.stream(prompt, thread_id=thread_id,
-                                                     call_id=call_id, **sampling))
+                       call_id: str | None = None, retries: int | None = None,
+                       **sampling: Any) -> Completion:
+        return await self.client._generate(self._request(prompt, thread_id, call_id, sampling),
+                                           retries)
 
     def stream(self, prompt: Prompt, *, thread_id: str | None = None,
                call_id: str | None = None, **sampling: Any) -> AsyncIterator[Delta | Completion]:
         return self.client._stream(self._request(prompt, thread_id, call_id, sampling))
 
-    async def generate_many(self, prompts: Sequence[Prompt],
+    async def generate_many(self, prompts: Sequence[Prompt], *, retries: int | None = None,
                             **sampling: Any) -> list[Completion]:
         """As `Program.generate_many`, with asyncio.gather."""
         requests = [self._request(p, f"t{i}", None, sampling) for i, p in enumerate(prompts)]
-        results = await asyncio.gather(*(_arun_to_completion(self.client._stream(r))
-                                         for r in requests), return_exceptions=True)
+        results = await asyncio.gather(*(self.client._generate(r, retries) for r in requests),
+                                       return_exceptions=True)
         error = next((r for r in results if isinstance(r, BaseException)), None)
         if error is not None:
             raise error

@@ -7,13 +7,16 @@ INVALID_ARGUMENT naming the field, NOT_FOUND for an unknown or ended program (or
 tenant's: with auth on, ids live in the caller's namespace, server/namespace.py),
 ALREADY_EXISTS for a taken id, RESOURCE_EXHAUSTED at a bound, UNAVAILABLE while draining
 (a call cut by the drain ends with finish reason "shutdown", then UNAVAILABLE: retry it),
-UNAUTHENTICATED with auth on. A Generate stream whose client goes away (cancel, deadline,
-disconnect) aborts its call, which frees its blocks.
+UNAUTHENTICATED with auth on, PERMISSION_DENIED for a `program_priority` not sent by the
+trusted router (server.auth.RouterTrust; without a router token no one may set it). A
+Generate stream whose client goes away (cancel, deadline, disconnect) aborts its call, which
+frees its blocks.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from typing import AsyncIterator, Callable, NoReturn, TypeVar
 
 import grpc
@@ -22,7 +25,7 @@ from engine import LLMEngine
 from scheduler.ids import check_id
 from server import agentix_pb2 as pb
 from server import calls, convert
-from server.auth import AuthError, TokenAuth
+from server.auth import AuthError, RouterTrust, TokenAuth
 from server.call_stream import StreamDelta
 from server.engine_loop import SHUTDOWN, EngineLoop
 from server.errors import DrainingError, message_of, status_of
@@ -35,13 +38,15 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Agentix"].full_name
 
 
 class AgentixServicer:
-    """Handlers run on the server's asyncio loop; `auth=None` turns authentication off."""
+    """Handlers run on the server's asyncio loop; `auth=None` turns authentication off;
+    `router` (None: no router is trusted) says which requests may carry a priority value."""
 
     def __init__(self, engine_loop: EngineLoop, prompts: PromptTokenizer,
-                 auth: TokenAuth | None = None) -> None:
+                 auth: TokenAuth | None = None, router: RouterTrust | None = None) -> None:
         self.loop = engine_loop
         self.prompts = prompts
         self.auth = auth
+        self.router = router
 
     # ----- plumbing ---------------------------------------------------------------------
     async def _namespace(self, context: grpc.aio.ServicerContext) -> Namespace:
@@ -118,6 +123,7 @@ class AgentixServicer:
     async def Generate(self, request: pb.GenerateRequest,
                        context: grpc.aio.ServicerContext) -> AsyncIterator[pb.GenerateResponse]:
         ns = await self._namespace(context)
+        priority = await self._priority(request, context)
         try:
             call = calls.CallRequest(
                 program_id=(ns.inner("program_id", request.program_id)
@@ -127,7 +133,8 @@ class AgentixServicer:
                 params=convert.sampling_params(request.sampling), tenant=ns.tenant,
                 thread_id=(check_thread(request.thread_id) if request.thread_id else None),
                 expected_tool_seconds=(request.expected_tool_seconds
-                                       if request.HasField("expected_tool_seconds") else None))
+                                       if request.HasField("expected_tool_seconds") else None),
+                program_service=priority)
             stream = await self.loop.submit(calls.adder(call))
         except Exception as exc:
             await self._fail(context, ns.outer_error(exc))
@@ -143,6 +150,10 @@ class AgentixServicer:
                                         "the server is shutting down: this call was cut; retry it")
         finally:
             stream.cancel()  # the client went away before the final item: abort the call
+
+    async def _priority(self, request: pb.GenerateRequest,
+                        context: grpc.aio.ServicerContext) -> float | None:
+        return await checked_priority(request, context, self.router)
 
     async def Abort(self, request: pb.AbortRequest,
                     context: grpc.aio.ServicerContext) -> pb.AbortResponse:
@@ -177,6 +188,22 @@ class AgentixServicer:
                                         engine.programs_by_service(limit, ns.tenant), ns.outer)
 
         return await self._run(context, ns, stats)
+
+
+async def checked_priority(request: pb.GenerateRequest, context: grpc.aio.ServicerContext,
+                           trust: RouterTrust | None) -> float | None:
+    """The request's `program_priority`, if set: PERMISSION_DENIED unless the trusted router
+    sent it (`trust`; None: nobody may), INVALID_ARGUMENT unless a finite number >= 0."""
+    if not request.HasField("program_priority"):
+        return None
+    if trust is None or not trust.trusted(context.invocation_metadata()):
+        await context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                            "program_priority: only a trusted router may set it")
+    value = request.program_priority
+    if not (math.isfinite(value) and value >= 0):
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                            f"program_priority: must be a finite number >= 0, got {value!r}")
+    return value
 
 
 def check_thread(thread_id: str) -> str:

@@ -1,0 +1,292 @@
+"""Start and stop a router: on an asyncio event loop of its own thread, the grpc.aio server
+(agentix.v1.Agentix from RouterServicer, grpc health, reflection), one health/stats poller
+per replica, and the TTL expiry of the router's program records.
+
+    running = start_router(RouterOptions(replicas=("127.0.0.1:50051", "127.0.0.1:50052"),
+                                         placement="agentix"))
+    ... running.address ...
+    running.stop()      # NOT_SERVING, refuse new work, let calls finish (grace), stop
+
+Health says SERVING for "" and "agentix.v1.Agentix" while at least one replica does, and
+NOT_SERVING from when shutdown starts. `start_router` returns once one replica has answered
+(its ModelInfo is read) or fails after `ready_timeout` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from scheduler.config import SchedulerConfig
+from scheduler.placement.base import Placement
+from server.app import HANDLER_GRACE, HEALTH_SERVICE_NAME, MESSAGE_OVERHEAD_BYTES, format_address
+from server.auth import RouterTrust, TokenAuth
+from server.handlers import add_service
+from server.limits import DEFAULT_MAX_PROMPT_BYTES
+from server.reflection import enable_reflection
+from server.router.core import Router
+from server.router.programs import RouterPrograms
+from server.router.prompts import RouterPrompts
+from server.router.service import RouterServicer
+from server.router.spawn import LocalReplicas
+from server.service import SERVICE_NAME
+
+log = logging.getLogger(__name__)
+EXPIRY_SECONDS = 1.0
+PLACEMENT_CUTOFF = 2048
+
+
+@dataclass(frozen=True)
+class RouterOptions:
+    """A router's replicas (HOST:PORT, in index order), placement policy (a registered name,
+    see scheduler.placement, with its `cutoff`; or a Placement object), where it listens,
+    `model` (a model directory whose tokenizer sizes text prompts; None: estimated),
+    `auth_tokens` (token -> tenant: the same file as the replicas'), `router_token` (sent to
+    the replicas, which must have it to accept priority values; also what may set
+    `program_priority` on this router), `grace` (drain time of `stop()`), `scheduler` (the
+    router's process table settings: program TTL, tenant half-life, caps; the fold follows
+    the replicas' policy from ModelInfo)."""
+
+    replicas: tuple[str, ...]
+    placement: str | Placement = field(default="agentix", compare=False)
+    cutoff: int | str = PLACEMENT_CUTOFF
+    host: str = "127.0.0.1"
+    port: int = 0
+    model: str | None = None
+    auth_tokens: dict[str, str] | None = field(default=None, repr=False)
+    router_token: str | None = field(default=None, repr=False)
+    grace: float = 5.0
+    max_prompt_bytes: int = DEFAULT_MAX_PROMPT_BYTES
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    poll_seconds: float = 0.5
+    ready_timeout: float = 120.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "replicas", tuple(self.replicas))  # checked at start
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port: must be in [0, 65535], got {self.port}")
+        if self.grace < 0:
+            raise ValueError(f"grace: must be >= 0, got {self.grace}")
+        if not self.poll_seconds > 0:
+            raise ValueError(f"poll_seconds: must be positive, got {self.poll_seconds}")
+        if self.cutoff != "auto" and not (isinstance(self.cutoff, int) and self.cutoff >= 0):
+            raise ValueError(f"cutoff: must be a token count >= 0 or 'auto', got "
+                             f"{self.cutoff!r}")
+        if self.router_token is not None:
+            RouterTrust(self.router_token)
+
+
+def make_placement(spec: str | Placement, cutoff: int | str) -> Placement:
+    """The placement object of a name (scheduler.placement's registry) or the object
+    itself (ValueError for an unknown name)."""
+    if isinstance(spec, Placement):
+        return spec
+    try:
+        from scheduler.placement import make_placement as registry
+    except ImportError:
+        raise ValueError("placement: the registry scheduler.placement.make_placement is not "
+                         "available; pass a Placement object") from None
+    return registry(spec, cutoff=cutoff)
+
+
+class RunningRouter:
+    """A started router: `address` is where it listens, `router` its state (for tests:
+    run things on its loop with `call(fn)`), `stop()` shuts it down."""
+
+    def __init__(self, options: RouterOptions) -> None:
+        self.options = options
+        self.placement = make_placement(options.placement, options.cutoff)
+        self.prompts = RouterPrompts(options.model, options.max_prompt_bytes)
+        self.router: Router | None = None  # made on the loop (grpc.aio channels belong to it)
+        self.servicer: RouterServicer | None = None
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="agentix-router",
+                                        daemon=True)
+        self._tasks: list[asyncio.Task] = []  # the replica pollers
+        self._watch_task: asyncio.Task | None = None
+        self._server: grpc.aio.Server | None = None
+        self._health: health.aio.HealthServicer | None = None
+        self._stopped = False
+        self._lock = threading.Lock()
+        self.port: int | None = None
+        self.address: str | None = None
+
+    def call(self, fn: Callable, timeout: float = 30.0):
+        """Run `fn()` on the router's loop and return its result (tests, tools)."""
+        async def run():
+            return fn()
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout)
+
+    # ----- start ------------------------------------------------------------------------
+    def start(self, should_stop: Callable[[], bool] | None = None) -> RunningRouter:
+        """Serve once a replica has answered (TimeoutError after `ready_timeout`;
+        InterruptedError when `should_stop()` turns true while waiting)."""
+        self._thread.start()
+        try:
+            asyncio.run_coroutine_threadsafe(self._start(should_stop), self._loop).result()
+        except BaseException:
+            asyncio.run_coroutine_threadsafe(self._stop_tasks(), self._loop).result()
+            self._close()
+            raise
+        return self
+
+    async def _start(self, should_stop: Callable[[], bool] | None) -> None:
+        options = self.options
+        self.router = Router(options.replicas, self.placement,
+                             RouterPrograms(options.scheduler), options.auth_tokens,
+                             options.router_token, options.poll_seconds)
+        self.servicer = RouterServicer(
+            self.router, self.prompts,
+            TokenAuth(options.auth_tokens) if options.auth_tokens is not None else None,
+            RouterTrust(options.router_token) if options.router_token is not None else None)
+        for replica in self.router.replicas:
+            self._tasks.append(asyncio.ensure_future(replica.watch()))
+        deadline = time.monotonic() + options.ready_timeout
+        while self.router.model_info() is None:
+            if should_stop is not None and should_stop():
+                raise InterruptedError("router: stopped before a replica answered")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"router: no replica answered within "
+                                   f"{options.ready_timeout:g} s ({', '.join(options.replicas)})")
+            await asyncio.sleep(0.05)
+        max_message = 2 * options.max_prompt_bytes + MESSAGE_OVERHEAD_BYTES
+        server = grpc.aio.server(options=[("grpc.so_reuseport", 0),
+                                          ("grpc.max_receive_message_length", max_message)])
+        add_service(self.servicer, server)
+        self._health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        enable_reflection((SERVICE_NAME, HEALTH_SERVICE_NAME), server)
+        self.port = server.add_insecure_port(format_address(options.host, options.port))
+        if self.port == 0:
+            raise OSError(f"cannot listen on {format_address(options.host, options.port)}")
+        await server.start()
+        self._server = server
+        self.address = format_address(options.host, self.port)
+        await self._set_health(True)
+        self._watch_task = asyncio.ensure_future(self._watch())
+
+    async def _set_health(self, serving: bool) -> None:
+        status = (health_pb2.HealthCheckResponse.SERVING if serving
+                  else health_pb2.HealthCheckResponse.NOT_SERVING)
+        for service in ("", SERVICE_NAME):
+            await self._health.set(service, status)
+
+    async def _watch(self) -> None:
+        """Router health follows its replicas'; expired programs end everywhere."""
+        serving = True
+        last_expiry = time.monotonic()
+        while True:
+            now_serving = bool(self.router.healthy())
+            if now_serving != serving:
+                serving = now_serving
+                await self._set_health(serving)
+            if time.monotonic() - last_expiry >= EXPIRY_SECONDS:
+                last_expiry = time.monotonic()
+                try:
+                    await self.router.expire()
+                except Exception:
+                    log.exception("router: program expiry failed")
+            await asyncio.sleep(self.options.poll_seconds / 2)
+
+    # ----- stop -------------------------------------------------------------------------
+    def stop(self, grace: float | None = None) -> None:
+        """NOT_SERVING, refuse new programs and calls (UNAVAILABLE), give calls in flight
+        `grace` seconds (default: the options'), then stop. Idempotent; blocks until done."""
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+        grace = self.options.grace if grace is None else grace
+        try:
+            asyncio.run_coroutine_threadsafe(self._shutdown(grace), self._loop).result()
+        finally:
+            self._close()
+
+    async def _shutdown(self, grace: float) -> None:
+        if self.servicer is not None:
+            self.servicer.draining = True
+        if self._watch_task is not None:
+            self._watch_task.cancel()  # NOT_SERVING from now on
+        if self._health is not None:
+            await self._health.enter_graceful_shutdown()
+        deadline = time.monotonic() + grace
+        while self.router is not None and self.router.calls and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        if self._server is not None:
+            await self._server.stop(HANDLER_GRACE)
+        await self._stop_tasks()
+
+    async def _stop_tasks(self) -> None:
+        tasks = self._tasks + ([self._watch_task] if self._watch_task is not None else [])
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self.router is not None:
+            await self.router.close()
+
+    def _close(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+        self.prompts.close()
+
+
+def start_router(options: RouterOptions | None = None, **kwargs) -> RunningRouter:
+    """Start a router (`options`, or its fields as keywords) and return once it serves."""
+    return RunningRouter(options or RouterOptions(**kwargs)).start()
+
+
+def serve_router_forever(options: RouterOptions,
+                         on_ready: Callable[[RunningRouter], None] | None = None,
+                         local: LocalReplicas | None = None) -> None:
+    """Serve until SIGINT or SIGTERM, then drain (`options.grace`) and stop (main thread
+    only); a second signal ends the process at once (status 1; local replicas die with it,
+    see spawn.py). With `local`, its replica processes are started first (their addresses
+    replace `options.replicas`) and stopped after the router, however it exits. The drain's
+    start and end are reported on stderr."""
+    signalled: list[int] = []
+
+    def on_signal(signum: int, _frame) -> None:
+        if signalled:
+            os.write(2, b"agentix: second signal: exiting now\n")
+            os._exit(1)
+        signalled.append(signum)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with contextlib.ExitStack() as stack:
+            if local is not None:
+                local.should_stop = lambda: bool(signalled)
+                stack.enter_context(local)
+                options = dataclasses.replace(options, replicas=tuple(local.addresses))
+            if signalled:
+                return
+            try:
+                running = RunningRouter(options).start(lambda: bool(signalled))
+            except InterruptedError:
+                return
+            try:
+                if on_ready is not None:
+                    on_ready(running)
+                while not signalled:
+                    time.sleep(0.1)
+                print(f"agentix: draining (grace {options.grace:g} s); signal again to exit "
+                      f"now", file=sys.stderr, flush=True)
+            finally:
+                running.stop()
+        print("agentix: stopped", file=sys.stderr, flush=True)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

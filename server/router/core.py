@@ -1,0 +1,211 @@
+"""Router: the state one router holds (replicas, program records, the placement policy, the
+calls in flight) and the decisions around it: where a call goes, starting a program on a
+replica before its first call there, and what a lost replica changes.
+
+Everything here runs on the router's one asyncio loop (no locks). Metadata: a request the
+router forwards carries the client's `authorization` header (the replicas authenticate it
+with the same token file, or run without auth) and, when the router has one, its router
+token (`x-agentix-router-token`, which lets the replica accept `program_priority`). The
+router's own requests (EngineStats polls, ending expired programs) carry a token of the
+token file: the tenant's own when it acts for one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import grpc
+
+from scheduler.placement.base import CallOutcome, Placement, PlacementRequest, ReplicaLoad
+from server import agentix_pb2 as pb
+from server.auth import ROUTER_TOKEN_HEADER
+from server.router.programs import RouterPrograms, policy_for
+from server.router.replica import Attempt, Replica
+
+log = logging.getLogger(__name__)
+START_TIMEOUT = 10.0  # seconds for a replica to answer StartProgram / EndProgram
+
+
+class NoReplicaError(Exception):
+    """No healthy replica can take the call (UNAVAILABLE)."""
+
+
+@dataclass(eq=False)
+class RoutedCall:
+    """A call in flight through the router: its current attempt (None between attempts),
+    whether any of it reached the client (then it is not retried here)."""
+
+    call_id: str
+    attempt: Attempt | None = None
+    aborted: bool = False
+    streamed: bool = False
+
+
+class Router:
+    """See the module docstring. `tokens` (token -> tenant) is the auth token file, None
+    with auth off; `router_token` is sent to the replicas with every forwarded call."""
+
+    def __init__(self, addresses: Sequence[str], placement: Placement,
+                 programs: RouterPrograms, tokens: dict[str, str] | None = None,
+                 router_token: str | None = None, poll_seconds: float = 0.5,
+                 clock=time.monotonic) -> None:
+        if not addresses:
+            raise ValueError("replicas: at least one replica address is needed")
+        self.placement = placement
+        self.programs = programs
+        self.clock = clock
+        self.router_token = router_token
+        self._tenant_tokens: dict[str, str] = {}
+        for token, tenant in (tokens or {}).items():
+            self._tenant_tokens.setdefault(tenant, token)
+        own = (("authorization", f"Bearer {next(iter(tokens))}"),) if tokens else ()
+        self.replicas = [Replica(i, address, own, poll_seconds, self._lost, self._back)
+                         for i, address in enumerate(addresses)]
+        self.calls: dict[str, RoutedCall] = {}  # inner call id -> in flight
+        # Failover counters: calls retried transparently (nothing streamed yet), and calls
+        # cut mid-stream (UNAVAILABLE to the client).
+        self.retried = 0
+        self.lost_mid_stream = 0
+        self._starting: dict[tuple[str, int], asyncio.Future] = {}
+        self._policy_set = False
+
+    # ----- metadata ---------------------------------------------------------------------
+    def forwarded(self, client_metadata) -> list[tuple[str, str]]:
+        """What a forwarded request carries: the client's authorization, the router token."""
+        metadata = [(key, value) for key, value in client_metadata or ()
+                    if key.lower() == "authorization"]
+        if self.router_token is not None:
+            metadata.append((ROUTER_TOKEN_HEADER, self.router_token))
+        return metadata
+
+    def acting_for(self, tenant: str | None) -> list[tuple[str, str]]:
+        """Metadata for the router's own request on behalf of `tenant`."""
+        token = self._tenant_tokens.get(tenant) if tenant is not None else None
+        metadata = [("authorization", f"Bearer {token}")] if token else []
+        if self.router_token is not None:
+            metadata.append((ROUTER_TOKEN_HEADER, self.router_token))
+        return metadata
+
+    # ----- replicas ---------------------------------------------------------------------
+    def healthy(self) -> list[Replica]:
+        return [r for r in self.replicas if r.healthy]
+
+    def model_info(self) -> pb.ModelInfoResponse | None:
+        """The first healthy replica's ModelInfo (None: no replica answered yet). The first
+        one read also sets the program fold to the replicas' policy."""
+        for replica in self.healthy() + self.replicas:
+            if replica.model_info is not None:
+                if not self._policy_set:
+                    self.programs.policy = policy_for(replica.model_info.policy)
+                    self._policy_set = True
+                return replica.model_info
+        return None
+
+    def block_size(self) -> int:
+        info = self.model_info()
+        return info.block_size if info is not None else 0
+
+    def loads(self, excluded: set[int] = frozenset()) -> list[ReplicaLoad]:
+        loads = []
+        for replica in self.replicas:
+            load = replica.load()
+            if replica.index in excluded and load.healthy:
+                load = ReplicaLoad(**{**load.__dict__, "healthy": False})
+            loads.append(load)
+        return loads
+
+    def place(self, request: PlacementRequest, excluded: set[int]) -> Replica:
+        """The replica `request` goes to (NoReplicaError when none is healthy)."""
+        loads = self.loads(excluded)
+        if not any(load.healthy for load in loads):
+            raise NoReplicaError("no healthy replica can take the call")
+        index = self.placement.place(request, loads)
+        return self.replicas[index]
+
+    def observe(self, request: PlacementRequest, replica: int, usage: pb.Usage) -> None:
+        self.placement.observe(request, CallOutcome(replica, usage.prompt_tokens,
+                                                    usage.cached_tokens, usage.queue_seconds))
+
+    def _lost(self, index: int) -> None:
+        """A replica stopped serving: its pins move, and its programs must be started
+        again there if it comes back (it may have lost them)."""
+        self.placement.replica_lost(index)
+        self.programs.replica_lost(index)
+
+    def _back(self, index: int) -> None:
+        log.info("replica %d is used again", index)
+
+    # ----- programs on replicas ---------------------------------------------------------
+    async def ensure_started(self, program_id: str, replica: Replica,
+                             metadata: Sequence[tuple[str, str]]) -> None:
+        """Start the program on `replica` unless it already was (one StartProgram however
+        many calls wait on it; ALREADY_EXISTS counts as started). Raises the replica's
+        AioRpcError otherwise."""
+        routed = self.programs.routed.get(program_id)
+        if routed is None or replica.index in routed.started_on:
+            return
+        key = (program_id, replica.index)
+        future = self._starting.get(key)
+        if future is None:
+            future = self._starting[key] = asyncio.ensure_future(
+                self._start_on(program_id, replica, metadata))
+            future.add_done_callback(lambda _: self._starting.pop(key, None))
+        await asyncio.shield(future)
+
+    async def _start_on(self, program_id: str, replica: Replica,
+                        metadata: Sequence[tuple[str, str]]) -> None:
+        routed = self.programs.routed[program_id]
+        request = pb.StartProgramRequest(program_id=routed.outer_id, tenant=routed.tenant or "")
+        try:
+            await replica.stub.StartProgram(request, metadata=tuple(metadata),
+                                            timeout=START_TIMEOUT)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.ALREADY_EXISTS:
+                raise
+        routed = self.programs.routed.get(program_id)
+        if routed is not None:
+            routed.started_on.add(replica.index)
+
+    async def end_on_replicas(self, program_id: str, failed: bool,
+                              metadata: Sequence[tuple[str, str]]) -> float:
+        """End the program on every replica it was started on (their calls of it are
+        aborted there); returns the swap time they report. A replica that cannot be
+        reached is skipped (it lost the program, or its TTL will end it)."""
+        routed = self.programs.routed.get(program_id)
+        if routed is None:
+            return 0.0
+        return await self._end_everywhere(routed.outer_id, sorted(routed.started_on), failed,
+                                          metadata)
+
+    async def _end_everywhere(self, outer_id: str, indices: list[int], failed: bool,
+                              metadata: Sequence[tuple[str, str]]) -> float:
+        request = pb.EndProgramRequest(program_id=outer_id, failed=failed)
+
+        async def end(replica: Replica) -> float:
+            try:
+                info = await replica.stub.EndProgram(request, metadata=tuple(metadata),
+                                                     timeout=START_TIMEOUT)
+                return info.swap_time
+            except grpc.aio.AioRpcError as exc:
+                log.info("ending %s on replica %d: %s", outer_id, replica.index,
+                         exc.code().name)
+                return 0.0
+
+        swaps = await asyncio.gather(*(end(self.replicas[i]) for i in indices))
+        return float(sum(swaps))
+
+    async def expire(self) -> None:
+        """End programs past their TTL here and on their replicas."""
+        for record, routed in self.programs.expire(self.clock()):
+            self.placement.program_ended(record.program_id)
+            await self._end_everywhere(routed.outer_id, sorted(routed.started_on), False,
+                                       self.acting_for(routed.tenant))
+
+    # ----- lifecycle --------------------------------------------------------------------
+    async def close(self) -> None:
+        for replica in self.replicas:
+            await replica.close()

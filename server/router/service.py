@@ -1,0 +1,266 @@
+"""RouterServicer: agentix.v1.Agentix in front of N replicas (every RPC, same contract).
+
+StartProgram, GetProgram and EndProgram are answered from the router's own records
+(server/router/programs.py): a program is started on a replica only when a call of it is
+placed there, and ended on every replica it was started on. `ProgramInfo.engine` is the
+replica (index in `--replica` order) of the program's latest call; `swap_time` is summed
+from the replicas when the program ends. Generate places and relays (generate.py). Abort is
+routed to the replica that has the call. ModelInfo is a replica's. EngineStats sums the
+healthy replicas' figures (queue_depths elementwise; kv and host totals too, so a router
+of N replicas shows N pools), except `programs_active`, the router's own count (a program
+lives on every replica it used), and lists the top programs of the router's records.
+
+Auth works as on a single server: with a token file the router authenticates each request
+(UNAUTHENTICATED), keeps ids in tenant namespaces (server/namespace.py), and forwards the
+client's authorization header to the replicas. `program_priority` is refused
+(PERMISSION_DENIED) unless the request carries the router's own router token (a router in
+front of routers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import AsyncIterator, NoReturn
+
+import grpc
+
+from scheduler.ids import check_id
+from scheduler.placement.base import PlacementRequest
+from server import agentix_pb2 as pb
+from server import convert
+from server.auth import AuthError, RouterTrust, TokenAuth
+from server.errors import DrainingError, message_of, status_of
+from server.namespace import Namespace, new_id
+from server.router.core import NoReplicaError, RoutedCall, Router
+from server.router.generate import LostMidStream, relay
+from server.router.prompts import RouterPrompts
+from server.service import checked_priority
+
+log = logging.getLogger(__name__)
+REPLICA_TIMEOUT = 10.0  # unary calls forwarded to a replica
+_SCALARS = [f.name for f in pb.EngineStatsResponse.DESCRIPTOR.fields
+            if f.message_type is None and not f.is_repeated]
+
+
+class RouterServicer:
+    """Handlers on the router's asyncio loop; `auth=None`: no authentication; `trust`: the
+    router token that may set `program_priority` on the router itself (None: nobody)."""
+
+    def __init__(self, router: Router, prompts: RouterPrompts, auth: TokenAuth | None = None,
+                 trust: RouterTrust | None = None) -> None:
+        self.router = router
+        self.prompts = prompts
+        self.auth = auth
+        self.trust = trust
+        self.draining = False
+
+    # ----- plumbing ---------------------------------------------------------------------
+    async def _namespace(self, context: grpc.aio.ServicerContext) -> Namespace:
+        if self.auth is None:
+            return Namespace(None)
+        try:
+            return Namespace(self.auth.authenticate(context.invocation_metadata()))
+        except AuthError as exc:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+
+    async def _fail(self, context: grpc.aio.ServicerContext, exc: Exception) -> NoReturn:
+        if isinstance(exc, NoReplicaError):
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        if isinstance(exc, grpc.aio.AioRpcError):  # a replica's answer, relayed as it is
+            await context.abort(exc.code(), exc.details() or "")
+        code = status_of(exc)
+        if code is None:
+            log.error("internal error", exc_info=exc)
+            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {message_of(exc)}")
+        await context.abort(code, message_of(exc))
+
+    def _refuse_when_draining(self) -> None:
+        if self.draining:
+            raise DrainingError("the router is shutting down: no new programs or calls")
+
+    # ----- programs ---------------------------------------------------------------------
+    async def StartProgram(self, request: pb.StartProgramRequest,
+                           context: grpc.aio.ServicerContext) -> pb.StartProgramResponse:
+        ns = await self._namespace(context)
+        try:
+            self._refuse_when_draining()
+            tenant = ns.tenant if self.auth is not None else (request.tenant or None)
+            if tenant is not None and self.auth is None:
+                check_id("tenant", tenant)
+            outer = request.program_id or new_id("prog")
+            inner = ns.inner("program_id", outer)
+            self.router.programs.start(self.router.clock(), inner, outer, tenant)
+        except Exception as exc:
+            await self._fail(context, ns.outer_error(exc))
+        return pb.StartProgramResponse(program_id=outer)
+
+    async def EndProgram(self, request: pb.EndProgramRequest,
+                         context: grpc.aio.ServicerContext) -> pb.ProgramInfo:
+        ns = await self._namespace(context)
+        router = self.router
+        try:
+            inner = ns.inner("program_id", request.program_id)
+            swap = await router.end_on_replicas(inner, request.failed,
+                                                router.forwarded(context.invocation_metadata()))
+            active = inner in router.programs.table
+            record = router.programs.end(router.clock(), inner, request.failed)
+            if active:
+                record.swap_time += swap
+                router.placement.program_ended(inner)
+            return convert.program_info(record, ns.outer)
+        except Exception as exc:
+            await self._fail(context, ns.outer_error(exc))
+
+    async def GetProgram(self, request: pb.GetProgramRequest,
+                         context: grpc.aio.ServicerContext) -> pb.ProgramInfo:
+        ns = await self._namespace(context)
+        try:
+            inner = ns.inner("program_id", request.program_id)
+            return convert.program_info(self.router.programs.get(inner), ns.outer)
+        except Exception as exc:
+            await self._fail(context, ns.outer_error(exc))
+
+    # ----- calls ------------------------------------------------------------------------
+    async def Generate(self, request: pb.GenerateRequest,
+                       context: grpc.aio.ServicerContext) -> AsyncIterator[pb.GenerateResponse]:
+        ns = await self._namespace(context)
+        router = self.router
+        metadata = context.invocation_metadata()
+        priority = await checked_priority(request, context, self.trust)
+        try:
+            self._refuse_when_draining()
+            call_id = request.call_id or new_id("call")
+            inner_call = ns.inner("call_id", call_id)
+            if request.thread_id:
+                check_id("thread_id", request.thread_id)
+            program_id = (ns.inner("program_id", request.program_id)
+                          if request.program_id else None)
+            if program_id is not None:
+                router.programs.get(program_id)  # NOT_FOUND before anything is done
+            if router.model_info() is None:
+                raise NoReplicaError("no replica has answered yet")
+            shape = await self.prompts.shape(request, router.block_size())
+            if inner_call in router.calls:
+                raise _duplicate(call_id)
+        except Exception as exc:
+            await self._fail(context, ns.outer_error(exc))
+        forward = pb.GenerateRequest()
+        forward.CopyFrom(request)
+        forward.call_id = call_id
+        forward.ClearField("program_priority")
+        record = None
+        if program_id is not None:
+            record, value = router.programs.begin_call(
+                router.clock(), program_id, inner_call, request.thread_id or None,
+                shape.num_tokens)
+            priority = value if priority is None else max(value, priority)
+        if priority is not None and router.router_token is not None:
+            # Without a router token the replicas would refuse it: they then schedule the
+            # program by the service it had on each of them alone.
+            forward.program_priority = priority
+        routed = router.calls[inner_call] = RoutedCall(inner_call)
+        placement = PlacementRequest(program_id or inner_call, shape.num_tokens,
+                                     shape.block_hashes)
+        state = {"streamed": False, "final": None, "replica": None}
+        lost = False
+        try:
+            # aclosing: leaving early (the client went away) closes the relay at once, which
+            # cancels the forwarded call, so the replica aborts it and frees its blocks.
+            async with contextlib.aclosing(relay(router, forward, router.forwarded(metadata),
+                                                 shape, placement, routed, program_id,
+                                                 state)) as responses:
+                async for response in responses:
+                    if record is not None and response.WhichOneof("kind") == "final":
+                        usage = response.final.usage
+                        router.programs.finish_call(router.clock(), record,
+                                                    usage.service_seconds, usage.queue_seconds,
+                                                    usage.completion_tokens)
+                        record = None  # folded before the client sees the final message
+                    yield response
+            if routed.aborted and state["final"] is None:
+                yield pb.GenerateResponse(call_id=call_id, final=pb.Final(
+                    finish_reason="abort", usage=pb.Usage(prompt_tokens=shape.num_tokens)))
+        except LostMidStream as exc:
+            lost = True
+            router.lost_mid_stream += 1
+            replica = exc.args[0]
+            await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                f"replica {replica.index} ({replica.address}) was lost "
+                                f"mid-stream: the call was cut; retry it (same call_id)")
+        except (NoReplicaError, grpc.aio.AioRpcError) as exc:
+            await self._fail(context, exc)
+        finally:
+            router.calls.pop(inner_call, None)
+            if record is not None:
+                router.programs.drop_call(router.clock(), record, shape.num_tokens,
+                                          counted=not lost)
+            if program_id is None:
+                router.placement.program_ended(inner_call)
+
+    async def Abort(self, request: pb.AbortRequest,
+                    context: grpc.aio.ServicerContext) -> pb.AbortResponse:
+        ns = await self._namespace(context)
+        try:
+            inner = ns.inner("call_id", request.call_id)
+        except ValueError as exc:
+            await self._fail(context, exc)
+        routed = self.router.calls.get(inner)
+        if routed is None or routed.aborted:
+            return pb.AbortResponse(aborted=False)
+        attempt = routed.attempt
+        if attempt is None:  # between two attempts: the relay stops before the next
+            routed.aborted = True
+            return pb.AbortResponse(aborted=True)
+        replica = self.router.replicas[attempt.replica]
+        try:
+            return await replica.stub.Abort(
+                request, metadata=tuple(self.router.forwarded(context.invocation_metadata())),
+                timeout=REPLICA_TIMEOUT)
+        except grpc.aio.AioRpcError as exc:
+            await self._fail(context, exc)
+
+    # ----- the engines ------------------------------------------------------------------
+    async def ModelInfo(self, request: pb.ModelInfoRequest,
+                        context: grpc.aio.ServicerContext) -> pb.ModelInfoResponse:
+        await self._namespace(context)
+        info = self.router.model_info()
+        if info is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "no replica has answered yet")
+        return info
+
+    async def EngineStats(self, request: pb.EngineStatsRequest,
+                          context: grpc.aio.ServicerContext) -> pb.EngineStatsResponse:
+        ns = await self._namespace(context)
+        try:
+            limit = convert.top_programs(request)
+        except ValueError as exc:
+            await self._fail(context, exc)
+        replies = await asyncio.gather(*(
+            replica.stub.EngineStats(pb.EngineStatsRequest(), metadata=tuple(replica.metadata),
+                                     timeout=REPLICA_TIMEOUT)
+            for replica in self.router.healthy()), return_exceptions=True)
+        total = pb.EngineStatsResponse()
+        depths: list[int] = []
+        for reply in replies:
+            if isinstance(reply, BaseException):
+                continue
+            for name in _SCALARS:
+                setattr(total, name, getattr(total, name) + getattr(reply, name))
+            for level, depth in enumerate(reply.queue_depths):
+                if level < len(depths):
+                    depths[level] += depth
+                else:
+                    depths.append(depth)
+        total.queue_depths.extend(depths)
+        total.programs_active = len(self.router.programs.table)  # not once per replica
+        total.top_programs.extend(convert.program_info(r, ns.outer)
+                                  for r in self.router.programs.top(limit, ns.tenant))
+        return total
+
+
+def _duplicate(call_id: str) -> Exception:
+    from engine.errors import DuplicateCallError
+
+    return DuplicateCallError(call_id)

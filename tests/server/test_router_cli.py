@@ -1,0 +1,137 @@
+"""`agentix serve --replicas N` and `agentix router` as processes: they serve on one
+address, and no replica process outlives the parent (SIGTERM, or SIGKILL of the parent)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+from router_helpers import in_process_replicas, wait_until
+
+from server.client import AgentixClient
+
+TINY = ("--num-kv-blocks", "64", "--set", "block_size=8")
+
+
+def agentix(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "server.cli", *args], text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL)
+
+
+def read_until(process: subprocess.Popen, prefix: str, timeout: float = 60.0) -> list[str]:
+    lines = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            raise AssertionError(f"exited ({process.wait()}): {process.stderr.read()}")
+        lines.append(line.strip())
+        if line.startswith(prefix):
+            return lines
+    raise AssertionError(f"no {prefix!r} line: {lines}")
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def serve_replicas(model_dir: str) -> tuple[subprocess.Popen, str, list[int]]:
+    process = agentix("serve", "--replicas", "2", "--model", model_dir, "--port", "0",
+                      "--placement", "round_robin", "--grace", "1", *TINY)
+    lines = read_until(process, "agentix serving on ")
+    assert [line.split(" serving on ")[0] for line in lines] == \
+        ["replica 0", "replica 1", "agentix"]
+    children = [c.pid for c in psutil.Process(process.pid).children(recursive=True)]
+    assert len(children) == 2
+    return process, lines[-1].rsplit(" ", 1)[1], children
+
+
+def test_serve_replicas_serves_and_leaves_no_child_after_sigterm(tiny_llama_dir):
+    process, address, children = serve_replicas(tiny_llama_dir)
+    try:
+        with AgentixClient(address) as client, client.program() as prog:
+            engines = []
+            for _ in range(2):
+                assert len(prog.generate("w5 w6", max_tokens=3, ignore_eos=True).token_ids) == 3
+                engines.append(prog.info()["engine"])
+            assert engines == [0, 1]
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0
+        assert "agentix: stopped" in process.stderr.read()
+        assert all(gone(pid) for pid in children)
+    finally:
+        process.kill()
+        for pid in children:
+            if not gone(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_replicas_die_with_a_killed_parent(tiny_llama_dir):
+    process, _, children = serve_replicas(tiny_llama_dir)
+    try:
+        process.kill()  # SIGKILL: no cleanup code runs in the parent
+        process.wait(10)
+        wait_until(lambda: all(gone(pid) for pid in children), timeout=10,
+                   what="the replicas to die with their parent")
+    finally:
+        for pid in children:
+            if not gone(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_router_command_over_running_replicas(tiny_llama_dir):
+    replicas = in_process_replicas(tiny_llama_dir)
+    token_file = None
+    try:
+        import tempfile
+
+        with tempfile.NamedTemporaryFile("w", suffix=".token", delete=False) as out:
+            out.write("router-secret\n")
+            token_file = out.name
+        process = agentix("router", *(arg for r in replicas for arg in ("--replica", r.address)),
+                          "--port", "0", "--placement", "pinned", "--model", tiny_llama_dir,
+                          "--router-token-file", token_file)
+        try:
+            (line,) = read_until(process, "agentix router serving on ")
+            with AgentixClient(line.rsplit(" ", 1)[1]) as client, client.program() as prog:
+                for _ in range(2):
+                    prog.generate("w5 w6 w7", max_tokens=2)
+                info = prog.info()
+                assert info["num_calls"] == 2 and info["engine"] in (0, 1)
+                on_home = replicas[info["engine"]].engine_loop.call(
+                    lambda e: e.get_program(prog.program_id).service)
+                assert on_home == pytest.approx(info["service"])  # the router's value landed
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(30) == 0
+        finally:
+            process.kill()
+    finally:
+        if token_file is not None:
+            os.unlink(token_file)
+        for server in replicas:
+            server.stop(grace=0)
+
+
+@pytest.mark.parametrize("args, message", [
+    (("router", "--replica", "nohost"), "--replica: expected HOST:PORT"),
+    (("router", "--replica", "127.0.0.1:1", "--cutoff", "-3"), "--cutoff"),
+    (("serve", "--replicas", "2", "--http-port", "0"), "--http-port: not with --replicas"),
+    (("serve", "--replicas", "0"), "--replicas"),
+])
+def test_bad_arguments_are_one_line_and_status_2(args, message):
+    process = agentix(*args)
+    try:
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 2
+    assert message in err and len(err.strip().splitlines()) == 1
