@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from bench.baselines import BASELINES
 from bench.cost_model import GPU_PRESETS, MODEL_PRESETS
 from bench.metrics import compute_metrics, metrics_by_workload
-from server.config_flags import parse_override, positive_float
+from server.config_flags import parse_cutoff, parse_override, positive_float
 
 if TYPE_CHECKING:
     from bench.capacity import LatencyTarget
@@ -43,19 +43,6 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _cutoff(text: str) -> int | str:
-    """`--cutoff`: a prompt length in tokens (>= 0) or "auto" (the adaptive cutoff)."""
-    if text == "auto":
-        return text
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an int >= 0 or 'auto', got {text}")
-    return value
-
-
 def _add_replica_arguments(parser: argparse.ArgumentParser) -> None:
     """`--replicas`, `--placement`, `--cutoff`: run N engines on one virtual clock behind a
     placement policy (`bench.multi_sim`); without either of the first two, one engine."""
@@ -67,7 +54,7 @@ def _add_replica_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--placement", choices=sorted(PLACEMENTS), default=None,
                         help=f"placement policy across replicas (default {DEFAULT_PLACEMENT} "
                              "when --replicas > 1)")
-    parser.add_argument("--cutoff", type=_cutoff, default=DEFAULT_CUTOFF,
+    parser.add_argument("--cutoff", type=parse_cutoff, default=DEFAULT_CUTOFF,
                         help=f"the agentix placement's prompt-length cutoff in tokens, or "
                              f"'auto' (adaptive; default {DEFAULT_CUTOFF})")
 

@@ -14,9 +14,9 @@ from typing import NoReturn
 
 from scheduler.config import KV_MEMORY_MODES, PREEMPTION_MODES, SchedulerConfig
 from scheduler.policies import POLICIES
-from server.cli_checks import (PLACEMENT_NAMES, UsageError, parse_cutoff, replicas_setup,
+from server.cli_checks import (PLACEMENT_NAMES, UsageError, replicas_setup,
                                router_setup, serve_setup)
-from server.config_flags import parse_override, positive_float
+from server.config_flags import parse_cutoff, parse_override, positive_float
 from server.limits import DEFAULT_MAX_PROMPT_BYTES
 
 # engine/config.py's DTYPES and engine-only defaults, repeated because `import engine` imports

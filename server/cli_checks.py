@@ -57,17 +57,6 @@ def serve_setup(args: argparse.Namespace) -> tuple[EngineConfig, ServeOptions]:
     return dataclasses.replace(config, model=model), options
 
 
-def parse_cutoff(text: str) -> int | str:
-    """argparse type of `--cutoff`: a prompt-token count >= 0, or "auto"."""
-    if text == "auto":
-        return text
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a token count >= 0 or 'auto', got {text!r}")
-    return value
 
 
 def _router_token(path: str | None) -> str | None:

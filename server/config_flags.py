@@ -20,6 +20,19 @@ def positive_float(text: str) -> float:
     return value
 
 
+def parse_cutoff(text: str) -> int | str:
+    """argparse type of `--cutoff`: a prompt-token count >= 0, or "auto"."""
+    if text == "auto":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a token count >= 0 or 'auto', got {text!r}")
+    return value
+
+
 def parse_override(text: str) -> tuple[str, Any]:
     """argparse type of `--set`: `FIELD=VALUE` as (field, value); VALUE is read as a Python
     literal (numbers, True/False/None), else kept as a string."""

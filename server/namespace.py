@@ -13,8 +13,10 @@ import secrets
 from dataclasses import dataclass
 
 from engine.errors import DuplicateCallError, ProgramExistsError, UnknownProgramError
+import grpc
+
 from scheduler.ids import check_id
-from server.auth import SEPARATOR
+from server.auth import SEPARATOR, AuthError, TokenAuth
 
 ID_ERRORS = (UnknownProgramError, ProgramExistsError, DuplicateCallError)
 RANDOM_ID_BYTES = 8  # 64 random bits: guessing another caller's next id is hopeless
@@ -48,3 +50,15 @@ class Namespace:
         if self.tenant is not None and isinstance(exc, ID_ERRORS):
             return type(exc)(self.outer(exc.args[0]))
         return exc
+
+
+async def caller_namespace(auth: TokenAuth | None, context: grpc.aio.ServicerContext
+                           ) -> Namespace:
+    """A gRPC caller's namespace: its token's tenant, or none with auth off (the call is
+    aborted UNAUTHENTICATED with auth on and no usable token)."""
+    if auth is None:
+        return Namespace(None)
+    try:
+        return Namespace(auth.authenticate(context.invocation_metadata()))
+    except AuthError as exc:
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))

@@ -25,11 +25,11 @@ from engine import LLMEngine
 from scheduler.ids import check_id
 from server import agentix_pb2 as pb
 from server import calls, convert
-from server.auth import AuthError, RouterTrust, TokenAuth
+from server.auth import RouterTrust, TokenAuth
 from server.call_stream import StreamDelta
 from server.engine_loop import SHUTDOWN, EngineLoop
 from server.errors import DrainingError, message_of, status_of
-from server.namespace import Namespace, new_id
+from server.namespace import Namespace, caller_namespace, new_id
 from server.prompts import PromptTokenizer
 
 T = TypeVar("T")
@@ -50,13 +50,7 @@ class AgentixServicer:
 
     # ----- plumbing ---------------------------------------------------------------------
     async def _namespace(self, context: grpc.aio.ServicerContext) -> Namespace:
-        """The caller's namespace (UNAUTHENTICATED with auth on and no usable token)."""
-        if self.auth is None:
-            return Namespace(None)
-        try:
-            return Namespace(self.auth.authenticate(context.invocation_metadata()))
-        except AuthError as exc:
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+        return await caller_namespace(self.auth, context)
 
     async def _fail(self, context: grpc.aio.ServicerContext, exc: Exception) -> NoReturn:
         code = status_of(exc)

@@ -30,9 +30,9 @@ from scheduler.ids import check_id
 from scheduler.placement.base import PlacementRequest
 from server import agentix_pb2 as pb
 from server import convert
-from server.auth import AuthError, RouterTrust, TokenAuth
+from server.auth import RouterTrust, TokenAuth
 from server.errors import DrainingError, message_of, status_of
-from server.namespace import Namespace, new_id
+from server.namespace import Namespace, caller_namespace, new_id
 from server.router.core import NoReplicaError, RoutedCall, Router
 from server.router.generate import LostMidStream, relay
 from server.router.prompts import RouterPrompts
@@ -58,12 +58,7 @@ class RouterServicer:
 
     # ----- plumbing ---------------------------------------------------------------------
     async def _namespace(self, context: grpc.aio.ServicerContext) -> Namespace:
-        if self.auth is None:
-            return Namespace(None)
-        try:
-            return Namespace(self.auth.authenticate(context.invocation_metadata()))
-        except AuthError as exc:
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+        return await caller_namespace(self.auth, context)
 
     async def _fail(self, context: grpc.aio.ServicerContext, exc: Exception) -> NoReturn:
         if isinstance(exc, NoReplicaError):
