@@ -30,6 +30,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from scheduler.config import SchedulerConfig
+from scheduler.placement import DEFAULT_CUTOFF
 from scheduler.placement.base import Placement
 from server.app import HANDLER_GRACE, HEALTH_SERVICE_NAME, MESSAGE_OVERHEAD_BYTES, format_address
 from server.auth import RouterTrust, TokenAuth
@@ -45,7 +46,6 @@ from server.service import SERVICE_NAME
 
 log = logging.getLogger(__name__)
 EXPIRY_SECONDS = 1.0
-PLACEMENT_CUTOFF = 2048
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class RouterOptions:
 
     replicas: tuple[str, ...]
     placement: str | Placement = field(default="agentix", compare=False)
-    cutoff: int | str = PLACEMENT_CUTOFF
+    cutoff: int | str = DEFAULT_CUTOFF
     host: str = "127.0.0.1"
     port: int = 0
     model: str | None = None

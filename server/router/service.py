@@ -40,8 +40,8 @@ from server.service import checked_priority
 
 log = logging.getLogger(__name__)
 REPLICA_TIMEOUT = 10.0  # unary calls forwarded to a replica
-_SCALARS = [f.name for f in pb.EngineStatsResponse.DESCRIPTOR.fields
-            if f.message_type is None and not f.is_repeated]
+_SCALARS = tuple(f.name for f in pb.EngineStatsResponse.DESCRIPTOR.fields
+                 if f.message_type is None and not f.is_repeated)
 
 
 class RouterServicer:
