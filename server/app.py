@@ -15,12 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import signal
 import socket
 import sys
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -36,6 +33,7 @@ from server.metrics import ServerMetrics
 from server.limits import DEFAULT_MAX_PROMPT_BYTES
 from server.prompts import PromptTokenizer
 from server.reflection import enable_reflection
+from server.signals import StopSignals
 from server.service import SERVICE_NAME, AgentixServicer
 
 HEALTH_SERVICE_NAME = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
@@ -331,27 +329,12 @@ def serve_forever(config: EngineConfig, options: ServeOptions,
     only); a second signal, even during the model load, ends the process at once (status 1,
     no thread survives `os._exit`). `on_ready` is called once the server is SERVING; the
     drain's start and end are reported on stderr."""
-    signalled: list[int] = []
-
-    def on_signal(signum: int, _frame) -> None:  # only appends or exits: safe anywhere
-        if signalled:
-            os.write(2, b"agentix: second signal: exiting now\n")
-            os._exit(1)
-        signalled.append(signum)
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with StopSignals() as signals:
         running = start_server(config, options)
         try:
             if on_ready is not None:
                 on_ready(running)
-            while not signalled:
-                time.sleep(0.1)
-            print(f"agentix: draining (grace {options.grace:g} s); signal again to exit now",
-                  file=sys.stderr, flush=True)
+            signals.wait(options.grace)
         finally:
             running.stop()
         print("agentix: stopped", file=sys.stderr, flush=True)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)

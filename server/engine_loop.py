@@ -23,11 +23,11 @@ from engine.call import FinishReason
 from server.call_stream import CallStream, StreamDelta, StreamFinal
 from server.detok import IncrementalText
 from server.errors import DrainingError, QueueFullError
+from server.wire import SHUTDOWN
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 COMMAND_BUDGET_SECONDS = 0.02  # commands run between two steps while calls are in flight
-SHUTDOWN = "shutdown"          # the finish reason of a call cut by the drain
 
 
 @dataclass

@@ -36,7 +36,7 @@ from server import convert
 from server.auth import AuthError, TokenAuth
 from server.call_stream import CallStream, StreamDelta
 from server.calls import CallRequest, adder
-from server.engine_loop import SHUTDOWN, EngineLoop
+from server.engine_loop import EngineLoop
 from server.errors import DrainingError, ServerError, message_of, status_of
 from server.metrics import CONTENT_TYPE, ServerMetrics
 from server.openai_protocol import (ChatCompletionRequest, CompletionRequest, chat_choice,
@@ -44,7 +44,7 @@ from server.openai_protocol import (ChatCompletionRequest, CompletionRequest, ch
                                     usage)
 from server.namespace import Namespace, new_id
 from server.prompts import PromptTokenizer
-from server.wire import message_to_dict
+from server.wire import SHUTDOWN, message_to_dict
 
 log = logging.getLogger(__name__)
 PROGRAM_HEADERS = ("x-program-id", "x-session-id")

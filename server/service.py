@@ -27,10 +27,11 @@ from server import agentix_pb2 as pb
 from server import calls, convert
 from server.auth import RouterTrust, TokenAuth
 from server.call_stream import StreamDelta
-from server.engine_loop import SHUTDOWN, EngineLoop
+from server.engine_loop import EngineLoop
 from server.errors import DrainingError, message_of, status_of
 from server.namespace import Namespace, caller_namespace, new_id
 from server.prompts import PromptTokenizer
+from server.wire import SHUTDOWN
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

@@ -6,6 +6,8 @@ from typing import Any
 
 from google.protobuf.message import Message
 
+SHUTDOWN = "shutdown"  # the finish reason of a call cut by a server's drain: retry it
+
 
 def message_to_dict(message: Message) -> dict[str, Any]:
     """Every field of `message` by its proto name (defaults included), nested messages as

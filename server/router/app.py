@@ -18,8 +18,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import os
-import signal
 import sys
 import threading
 import time
@@ -43,6 +41,7 @@ from server.router.prompts import RouterPrompts
 from server.router.service import RouterServicer
 from server.router.spawn import LocalReplicas
 from server.service import SERVICE_NAME
+from server.signals import StopSignals
 
 log = logging.getLogger(__name__)
 EXPIRY_SECONDS = 1.0
@@ -256,37 +255,21 @@ def serve_router_forever(options: RouterOptions,
     see spawn.py). With `local`, its replica processes are started first (their addresses
     replace `options.replicas`) and stopped after the router, however it exits. The drain's
     start and end are reported on stderr."""
-    signalled: list[int] = []
-
-    def on_signal(signum: int, _frame) -> None:
-        if signalled:
-            os.write(2, b"agentix: second signal: exiting now\n")
-            os._exit(1)
-        signalled.append(signum)
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        with contextlib.ExitStack() as stack:
-            if local is not None:
-                local.should_stop = lambda: bool(signalled)
-                stack.enter_context(local)
-                options = dataclasses.replace(options, replicas=tuple(local.addresses))
-            if signalled:
-                return
-            try:
-                running = RunningRouter(options).start(lambda: bool(signalled))
-            except InterruptedError:
-                return
-            try:
-                if on_ready is not None:
-                    on_ready(running)
-                while not signalled:
-                    time.sleep(0.1)
-                print(f"agentix: draining (grace {options.grace:g} s); signal again to exit "
-                      f"now", file=sys.stderr, flush=True)
-            finally:
-                running.stop()
-        print("agentix: stopped", file=sys.stderr, flush=True)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    with StopSignals() as signals, contextlib.ExitStack() as stack:
+        if local is not None:
+            local.should_stop = lambda: signals.received
+            stack.enter_context(local)
+            options = dataclasses.replace(options, replicas=tuple(local.addresses))
+        if signals.received:
+            return
+        try:
+            running = RunningRouter(options).start(lambda: signals.received)
+        except InterruptedError:
+            return
+        try:
+            if on_ready is not None:
+                on_ready(running)
+            signals.wait(options.grace)
+        finally:
+            running.stop()
+    print("agentix: stopped", file=sys.stderr, flush=True)

@@ -30,9 +30,9 @@ from scheduler.placement.base import PlacementRequest
 from server import agentix_pb2 as pb
 from server.router.core import RoutedCall, Router
 from server.router.prompts import PromptShape
+from server.wire import SHUTDOWN
 
 log = logging.getLogger(__name__)
-SHUTDOWN = "shutdown"  # server/engine_loop.py: a call cut by a replica's drain
 
 
 class _Retry(Exception):
