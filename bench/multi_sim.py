@@ -244,7 +244,8 @@ class MultiDriver(Driver):
         request = self.requests.pop(call_id)
         self.placement.observe(request, CallOutcome(index, prompt_tokens,
                                                     completion.num_cached_tokens,
-                                                    completion.queue_seconds))
+                                                    completion.queue_seconds,
+                                                    replica.engine.num_running))
         program = self.by_call_id[call_id][0]
         now = replica.clock.now
         if self._completed(call_id, len(completion.token_ids), now):

@@ -267,6 +267,11 @@ class LLMEngine:
         return max(0, self.config.max_num_seqs - self.scheduler.num_running)
 
     @property
+    def num_running(self) -> int:
+        """Calls in the running batch."""
+        return self.scheduler.num_running
+
+    @property
     def num_waiting(self) -> int:
         """Calls queued (waiting or swapped out), not running."""
         return self.scheduler.num_waiting

@@ -48,12 +48,14 @@ class PlacementRequest:
 @dataclass(frozen=True)
 class CallOutcome:
     """What the replica reported for a finished call (its usage): the tokens its prefix
-    cache served and the seconds the call waited."""
+    cache served and the seconds the call waited; `batch_calls` is the replica's running
+    calls in its latest reported load (the batch a prefill there stalls)."""
 
     replica: int
     prompt_tokens: int
     cached_tokens: int
     queue_seconds: float
+    batch_calls: int = 0
 
 
 class Placement(ABC):

@@ -14,7 +14,10 @@ The rule, per finished call (`observe`), given its program's pinned replica P:
 - a call that ran elsewhere (an away call) whose program has a home ratio and whose P has a
   recent queue time (both taken before this outcome) is scored:
     lost   = max(0, home[program] * prompt_tokens - cached_tokens) / prefill_tokens_per_second
-             (the prefill seconds its cache misses cost, against what P would have served),
+             * (1 + batch_calls)
+             (the prefill seconds its cache misses cost, against what P would have served,
+             paid by itself and by every call in the running batch of the replica that
+             computed them: iteration-level batching stalls the batch for a prefill),
     gained = queue[P] - queue_seconds  (the queue seconds it saved; negative when it waited
              longer than calls at P do).
 - after every `window` scored away calls, with L and G the mean lost and gained seconds over
@@ -109,7 +112,9 @@ class AdaptiveCutoff:
         ratio = self._home.get(program_id)
         if ratio is None or home_queue is None:
             return self.cutoff
-        self._lost += max(0.0, ratio * prompt - cached) / self.prefill_tokens_per_second
+        stalled = 1 + max(0, outcome.batch_calls)
+        self._lost += (max(0.0, ratio * prompt - cached) / self.prefill_tokens_per_second
+                       * stalled)
         self._gained += home_queue - outcome.queue_seconds
         self._scored += 1
         if self._scored >= self.window:

@@ -127,8 +127,10 @@ class Router:
         return self.replicas[index]
 
     def observe(self, request: PlacementRequest, replica: int, usage: pb.Usage) -> None:
+        batch = self.replicas[replica].load().calls_running
         self.placement.observe(request, CallOutcome(replica, usage.prompt_tokens,
-                                                    usage.cached_tokens, usage.queue_seconds))
+                                                    usage.cached_tokens, usage.queue_seconds,
+                                                    batch))
 
     def _lost(self, index: int) -> None:
         """A replica stopped serving: its pins move, and its programs must be started

@@ -3,7 +3,8 @@
 Program "p" is pinned to replica 0. A home call there (1,000 prompt tokens, 900 cached,
 queue 1.0 s) sets its home hit ratio 0.9 and replica 0's queue time 1.0 s. Away calls run on
 replica 1 with 1,000 prompt tokens; with 1,000 prefill tokens/s each scores
-lost = (900 - cached) / 1000 s and gained = 1.0 - queue_seconds.
+lost = (900 - cached) / 1000 s * (1 + batch) and gained = 1.0 - queue_seconds, where batch is
+the calls running on replica 1 (0 unless a test sets it).
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ def home(c: AdaptiveCutoff, cached: int = 900, queue: float = 1.0) -> int:
                                          queue_seconds=queue))
 
 
-def away(c: AdaptiveCutoff, cached: int, queue: float, n: int = 1) -> list[int]:
+def away(c: AdaptiveCutoff, cached: int, queue: float, n: int = 1, batch: int = 0
+         ) -> list[int]:
     return [c.observe("p", 0, CallOutcome(replica=1, prompt_tokens=1000, cached_tokens=cached,
-                                          queue_seconds=queue)) for _ in range(n)]
+                                          queue_seconds=queue, batch_calls=batch))
+            for _ in range(n)]
 
 
 def test_down_when_away_calls_miss_much_and_gain_little():
@@ -48,6 +51,21 @@ def test_up_when_away_calls_gain_more_queue_than_they_lose():
     # lost 0.05 s, gained 0.8 s.
     assert away(c, cached=850, queue=0.2, n=8) == [2048] * 3 + [2435] * 4 + [2896]
     assert c.last_decision == "up"
+
+
+def test_a_miss_costs_the_batch_it_stalls():
+    # lost 0.05 s, gained 0.8 s: up when the replica runs nothing else...
+    c = cutoff()
+    assert away(c, cached=850, queue=0.2, n=4)[-1] == 2435
+    # ...but with 39 calls running there the misses stall them, lost 0.05 * 40 = 2.0 s: down.
+    c = cutoff()
+    assert away(c, cached=850, queue=0.2, n=4, batch=39)[-1] == 1722
+    assert c.last_lost_seconds == pytest.approx(2.0)
+    assert c.last_gained_seconds == pytest.approx(0.8)
+    # With 15 running, lost 0.8 s against gained 0.8 s: it stays.
+    c = cutoff()
+    assert away(c, cached=850, queue=0.2, n=4, batch=15)[-1] == 2048
+    assert c.last_decision == "stay"
 
 
 @pytest.mark.parametrize("cached, queue", [
