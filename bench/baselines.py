@@ -71,7 +71,7 @@ def engine_config_for(policy: str, engine_overrides: dict[str, Any] | None = Non
         raise ValueError(f"policy must be one of {sorted(set(BASELINES) | set(POLICIES))}, "
                          f"got {policy!r}")
     config = {**_COMMON, **base, **fields, **(engine_overrides or {})}
-    unknown = set(config) - EngineConfig.field_names()
+    unknown = config.keys() - EngineConfig.flat_field_types().keys()
     if unknown:
         raise ValueError(f"engine_overrides: unknown field(s) {sorted(unknown)}")
     return config

@@ -64,8 +64,8 @@ def server_config(model_dir: str | Path, policy: str, **fields: Any):
     otherwise)."""
     from engine.config import EngineConfig
 
-    return EngineConfig(model=str(model_dir),
-                        **engine_config_for(policy, {"dtype": "float32", **fields}))
+    return EngineConfig.from_flat(model=str(model_dir),
+                                  **engine_config_for(policy, {"dtype": "float32", **fields}))
 
 
 async def drive(address: str, trace: Trace, vocab: int) -> tuple[list[ProgramResult], int]:

@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
     model = args.model or str(ensure_smollm2_dir())
-    config = EngineConfig(model=model, policy="atlas", max_num_seqs=args.concurrency)
+    config = EngineConfig.from_flat(model=model, policy="atlas", max_num_seqs=args.concurrency)
     server = start_server(config, port=0, http_port=0, served_model_name="bench")
     client = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
     try:

@@ -63,7 +63,7 @@ class StepRecorder:
 def real_engine(model_dir: str | Path, config: dict[str, Any],
                 clock: Any = time.monotonic) -> tuple[LLMEngine, StepRecorder]:
     """An engine with its real ModelRunner, whose executor is wrapped in a `StepRecorder`."""
-    engine = LLMEngine(EngineConfig(model=str(model_dir), **config), clock=clock)
+    engine = LLMEngine(EngineConfig.from_flat(model=str(model_dir), **config), clock=clock)
     recorder = StepRecorder(engine.executor)
     engine.executor = recorder
     return engine, recorder

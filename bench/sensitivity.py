@@ -54,8 +54,8 @@ class KnobPoint:
 
 
 def default_value(policy: str, knob: str) -> Any:
-    """The value `knob` takes under `policy`'s baseline configuration."""
-    return engine_config_for(policy).get(knob, EngineConfig.__dataclass_fields__[knob].default)
+    """The value `knob` (a scheduler field) takes under `policy`'s baseline configuration."""
+    return getattr(EngineConfig.from_flat(**engine_config_for(policy)).scheduler, knob)
 
 
 def run_knobs(workload: str, rate: float, num_programs: int, seed: int = 0,

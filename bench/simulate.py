@@ -14,21 +14,19 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import json
-import tempfile
 import time
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
+from engine.loader import ModelInfo
 from engine.sampling_params import SamplingParams
 
 from bench.baselines import BLOCK_SIZE, engine_config_for
-from bench.cost_model import CostModel, ModelPreset
+from bench.cost_model import CostModel
 from bench.metrics import percentile
 from bench.sim_executor import SimulatedExecutor, VirtualClock
 from bench.trace import Trace, TraceCall, TraceProgram
@@ -100,19 +98,6 @@ class SimResult:
         input it replaces)."""
         generated = sum(p.generated_tokens for p in self.programs)
         return self.num_tokens_computed - (generated - len(self.call_finish))
-
-
-def model_dir_for(model: ModelPreset) -> Path:
-    """A directory with only the preset's `config.json` (no weights: the executor is injected)."""
-    path = Path(tempfile.gettempdir()) / "agentix-sim-models" / model.name
-    path.mkdir(parents=True, exist_ok=True)
-    config_file = path / "config.json"
-    text = json.dumps(model.hf_config(), indent=1, sort_keys=True)
-    if not config_file.is_file() or config_file.read_text() != text:
-        tmp = path / f"config.json.{id(text)}.tmp"
-        tmp.write_text(text)
-        tmp.replace(config_file)
-    return path
 
 
 class PromptMaker:
@@ -202,10 +187,12 @@ def sim_engine_config(trace: Trace, policy: str, cost: CostModel,
 def sim_engine(config: dict[str, Any], cost: CostModel, clock: VirtualClock,
                prompts: PromptMaker) -> tuple[LLMEngine, SimulatedExecutor]:
     """A real LLMEngine on `clock` with a SimulatedExecutor of `cost` (sampled tokens continue
-    `prompts`' streams)."""
+    `prompts`' streams). The model is the preset's shape, without a directory or a tokenizer
+    (the prompts are token ids)."""
     executor = SimulatedExecutor(cost, clock, config["block_size"], prompts.next_token)
-    engine = LLMEngine(EngineConfig(model=str(model_dir_for(cost.model)), **config),
-                       executor=executor, clock=clock)
+    engine = LLMEngine(EngineConfig.from_flat(model=cost.model.name, **config),
+                       executor=executor, clock=clock,
+                       model=ModelInfo.from_hf_config(cost.model.hf_config()))
     return engine, executor
 
 

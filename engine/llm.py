@@ -13,10 +13,9 @@ from engine.tokenizer import ChatPrompt
 
 class LLM:
     def __init__(self, model: str, **config_overrides) -> None:
-        unknown = set(config_overrides) - EngineConfig.field_names()
-        if unknown:
-            raise ValueError(f"unknown engine config field(s): {sorted(unknown)}")
-        self.engine = LLMEngine(EngineConfig(model=str(model), **config_overrides))
+        """`config_overrides`: engine and scheduler fields alike, by name
+        (`EngineConfig.from_flat`; ValueError naming an unknown one)."""
+        self.engine = LLMEngine(EngineConfig.from_flat(model=str(model), **config_overrides))
 
     def generate(self, prompts: Prompt | Sequence[Prompt],
                  params: SamplingParams | Sequence[SamplingParams] | None = None

@@ -8,20 +8,18 @@ import time
 from dataclasses import replace
 from typing import Callable, Sequence
 
-import torch
-
 from engine.call import Call, FinishReason
 from engine.config import EngineConfig
 from engine.detokenizer import StopStringScanner
 from engine.errors import DuplicateCallError
 from engine.executor import Executor, StepResult
-from engine.loader import read_model_dir
+from engine.kv_spec import kv_cache_spec
+from engine.loader import ModelInfo, read_model_dir, read_model_info
 from engine.model_runner import ModelRunner
 from engine.outputs import CompletionOutput, StepOutput
 from engine.sampling_params import SamplingParams
 from engine.stats import EngineCounters, EngineStats
-from engine.tokenizer import ChatPrompt, load_tokenizer
-from kvcache.kv_tensor import KVCacheSpec
+from engine.tokenizer import ChatPrompt
 from kvcache.manager import KVCacheManager
 from scheduler.ids import short
 from scheduler.plan import SchedulePlan
@@ -40,33 +38,38 @@ class LLMEngine:
     Contract: `add_call` validates everything up front (ValueError naming the field) so a
     call that enters the scheduler can always run; `abort_call` and finishing release all
     of a call's blocks at once. The clock is injected (wall clock by default).
+
+    The model is read from the directory `config.model` (weights, shape, EOS ids,
+    tokenizer), except with an injected `executor` and `model` given: then no directory is
+    read. One KVCacheSpec (`kv_spec`: the runner's, or built the same way for an injected
+    executor) sizes the pool, the runner's cache and the scheduler's `bytes_per_block`.
     """
 
     def __init__(self, config: EngineConfig, executor: Executor | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 model: ModelInfo | None = None) -> None:
+        if model is not None and executor is None:
+            raise ValueError("model: a ModelInfo needs an injected executor (the model runner "
+                             "loads its weights from config.model)")
         self.config = config
         self.clock = clock
-        files = read_model_dir(config.model)
-        self.vocab_size = files.args.vocab_size
-        self.eos_token_ids = frozenset(files.eos_token_ids)
-        self.max_model_len = min(config.max_model_len or files.args.max_position_embeddings,
-                                 files.args.max_position_embeddings)
-        self.tokenizer = load_tokenizer(files.path)
+        files = read_model_dir(config.model) if model is None else None
+        model = model or read_model_info(files)
+        self.vocab_size = model.args.vocab_size
+        self.eos_token_ids = frozenset(model.eos_token_ids)
+        self.max_model_len = min(config.max_model_len or model.args.max_position_embeddings,
+                                 model.args.max_position_embeddings)
+        self.tokenizer = model.tokenizer
         self.runner = ModelRunner(config, files, self.max_model_len) if executor is None else None
         self.executor: Executor = executor or self.runner
-        num_blocks = self.runner.num_kv_blocks if self.runner else config.num_kv_blocks
-        if num_blocks is None:
-            raise ValueError("num_kv_blocks must be set when an executor is injected")
-        self.kv = KVCacheManager(num_blocks, config.block_size, config.num_host_blocks,
-                                 config.enable_prefix_caching)
+        self.kv_spec = self.runner.kv_spec if self.runner else kv_cache_spec(model.args, config)
+        self.kv = KVCacheManager(self.kv_spec.num_blocks, config.block_size,
+                                 config.num_host_blocks, config.enable_prefix_caching)
         # A call must fit the whole pool on its own, or it could never finish.
         self.max_model_len = min(self.max_model_len, self.kv.pool.num_usable * config.block_size)
-        self.bytes_per_block = bytes_per_block = KVCacheSpec(
-            num_blocks=num_blocks, num_layers=files.args.num_layers,
-            block_size=config.block_size, num_kv_heads=files.args.num_kv_heads,
-            head_dim=files.args.head_dim, dtype=getattr(torch, config.dtype)).bytes_per_block
-        self.scheduler = Scheduler(config.scheduler_config(bytes_per_block), self.kv,
-                                   make_policy(config.policy))
+        self.scheduler = Scheduler(
+            replace(config.scheduler, bytes_per_block=self.kv_spec.bytes_per_block), self.kv,
+            make_policy(config.policy))
         self.calls: dict[str, Call] = {}
         self._arrivals = itertools.count()
         self._aborted: list[StepOutput] = []
@@ -133,6 +136,8 @@ class LLMEngine:
                              f"{MAX_EXPECTED_TOOL_SECONDS:g}], got {expected_tool_seconds!r}")
         if not isinstance(params, SamplingParams):
             raise ValueError(f"params must be SamplingParams, got {type(params).__name__}")
+        if params.stop and self.tokenizer is None:
+            raise ValueError("stop: stop strings need a tokenizer (this model has none)")
         token_ids = self.tokenize_prompt(prompt)
         if program_id is not None:
             self.scheduler.table.get(program_id)
@@ -168,8 +173,8 @@ class LLMEngine:
         any thread: it reads only state fixed at construction (a server tokenizes off the
         engine thread with it)."""
         if isinstance(prompt, (str, ChatPrompt)) and self.tokenizer is None:
-            raise ValueError("prompt: text and chat prompts need a tokenizer in the model "
-                             "directory")
+            raise ValueError("prompt: text and chat prompts need a tokenizer (this model has "
+                             "none)")
         if isinstance(prompt, str):
             token_ids = self.tokenizer.encode(prompt)
         elif isinstance(prompt, ChatPrompt):
@@ -188,10 +193,11 @@ class LLMEngine:
                    if not isinstance(t, int) or not 0 <= t < self.vocab_size]
             raise ValueError(f"prompt: token id {bad[0]!r} is outside the vocabulary "
                              f"[0, {self.vocab_size})")
-        if not self.config.enable_chunked_prefill \
-                and len(token_ids) > self.config.max_num_batched_tokens:
+        batching = self.config.scheduler
+        if not batching.enable_chunked_prefill \
+                and len(token_ids) > batching.max_num_batched_tokens:
             raise ValueError(f"prompt: {len(token_ids)} tokens exceed max_num_batched_tokens "
-                             f"({self.config.max_num_batched_tokens}) with chunked prefill off")
+                             f"({batching.max_num_batched_tokens}) with chunked prefill off")
         return token_ids
 
     # ----- the step ---------------------------------------------------------------------
@@ -206,8 +212,8 @@ class LLMEngine:
         outputs of calls aborted since the last step."""
         now = self.clock()
         sampled = self.scheduler.update(plan, result.tokens, now, result.swap_seconds)
-        self.counters.swap_out_bytes += len(plan.swap_out) * self.bytes_per_block
-        self.counters.swap_in_bytes += len(plan.swap_in) * self.bytes_per_block
+        self.counters.swap_out_bytes += len(plan.swap_out) * self.kv_spec.bytes_per_block
+        self.counters.swap_in_bytes += len(plan.swap_in) * self.kv_spec.bytes_per_block
         self.counters.generation_tokens += len(sampled)
         outputs, self._aborted = self._aborted, []
         for item in sampled:
@@ -227,9 +233,8 @@ class LLMEngine:
     def _cut_stop_string(self, call: Call) -> bool:
         """Push the call's new tokens through its incremental stop-string scan (made at the
         first token; work per step bounded, whatever the output's length). Once a stop string
-        appears, the text before the earliest one becomes the call's text."""
-        if self.tokenizer is None:
-            return False
+        appears, the text before the earliest one becomes the call's text. Only calls with
+        stop strings come here, and those need a tokenizer (add_call)."""
         scanner = call.stop_scanner
         if scanner is None:
             scanner = call.stop_scanner = StopStringScanner(self.tokenizer.decode,
@@ -264,7 +269,7 @@ class LLMEngine:
     @property
     def num_free_seats(self) -> int:
         """Running seats (`max_num_seqs`) not taken: calls the next step may admit."""
-        return max(0, self.config.max_num_seqs - self.scheduler.num_running)
+        return max(0, self.config.scheduler.max_num_seqs - self.scheduler.num_running)
 
     @property
     def num_running(self) -> int:

@@ -1,4 +1,5 @@
-"""Load a Llama-family model and its tokenizer from a Hugging Face directory."""
+"""Load a Llama-family model from a Hugging Face directory, and what the engine needs of a
+model besides its weights (`ModelInfo`)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,25 @@ from safetensors.torch import load_file
 
 from engine.models.layers import RotaryEmbedding
 from engine.models.llama import LlamaArgs, LlamaForCausalLM
+from engine.tokenizer import Tokenizer, load_tokenizer
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM",)
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the engine needs of a model besides its weights: its shape, its EOS ids and its
+    tokenizer. Without a tokenizer, prompts and outputs are token ids only: text and chat
+    prompts and stop strings are refused (ValueError), and outputs carry no text."""
+
+    args: LlamaArgs
+    eos_token_ids: tuple[int, ...]
+    tokenizer: Tokenizer | None = None
+
+    @classmethod
+    def from_hf_config(cls, cfg: dict, tokenizer: Tokenizer | None = None) -> ModelInfo:
+        """From a Hugging Face `config.json` dict (no directory: an injected executor)."""
+        return cls(LlamaArgs.from_hf_config(cfg), _token_ids(cfg.get("eos_token_id")), tokenizer)
 
 
 @dataclass(frozen=True)
@@ -38,8 +56,17 @@ def read_model_dir(model_dir: str | Path) -> ModelFiles:
     gen_file = path / "generation_config.json"
     if gen_file.is_file():
         eos = json.loads(gen_file.read_text()).get("eos_token_id", eos)
-    eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
-    return ModelFiles(path, cfg, LlamaArgs.from_hf_config(cfg), eos_ids)
+    return ModelFiles(path, cfg, LlamaArgs.from_hf_config(cfg), _token_ids(eos))
+
+
+def read_model_info(files: ModelFiles) -> ModelInfo:
+    """The directory's model info, its tokenizer loaded (None when it ships none)."""
+    return ModelInfo(files.args, files.eos_token_ids, load_tokenizer(files.path))
+
+
+def _token_ids(value: int | list[int] | None) -> tuple[int, ...]:
+    """An `eos_token_id` entry (one id, a list or None) as a tuple of ids."""
+    return tuple(value) if isinstance(value, list) else (() if value is None else (value,))
 
 
 def load_model(files: ModelFiles, max_positions: int, dtype: torch.dtype,

@@ -8,36 +8,27 @@ import torch
 
 from engine.config import EngineConfig
 from engine.executor import StepResult
+from engine.kv_spec import kv_cache_spec
 from engine.loader import ModelFiles, load_model
 from engine.models.attention import AttentionMetadata
 from engine.sampler import Sampler
-from kvcache.kv_tensor import KVCacheSpec, allocate_kv_cache, layer_kv
+from kvcache.kv_tensor import allocate_kv_cache, layer_kv
 from kvcache.swap import BulkSwapper
 from scheduler.plan import SchedulePlan, ScheduledChunk
 
 
-def num_blocks_for_memory(spec_one_block: KVCacheSpec, memory_gb: float) -> int:
-    return max(2, int(memory_gb * 2**30) // spec_one_block.bytes_per_block)
-
-
 class ModelRunner:
-    """Owns the model weights, the block-major KV cache and the host swap pool."""
+    """Owns the model weights, the block-major KV cache (of `kv_spec`, the engine's one
+    spec: `engine.kv_spec`) and the host swap pool."""
 
     def __init__(self, config: EngineConfig, files: ModelFiles, max_model_len: int) -> None:
         self.device = torch.device(config.device)
         self.dtype = getattr(torch, config.dtype)
         self.block_size = config.block_size
-        args = files.args
         self.model = load_model(files, max_model_len, self.dtype, self.device)
-        spec = KVCacheSpec(num_blocks=1, num_layers=args.num_layers, block_size=config.block_size,
-                           num_kv_heads=args.num_kv_heads, head_dim=args.head_dim,
-                           dtype=self.dtype)
-        num_blocks = config.num_kv_blocks or num_blocks_for_memory(spec, config.kv_cache_memory_gb)
-        self.kv_spec = KVCacheSpec(num_blocks=num_blocks, num_layers=spec.num_layers,
-                                   block_size=spec.block_size, num_kv_heads=spec.num_kv_heads,
-                                   head_dim=spec.head_dim, dtype=spec.dtype)
+        self.kv_spec = kv_cache_spec(files.args, config)
         self.kv_cache = allocate_kv_cache(self.kv_spec, self.device)
-        self.kv_layers = [layer_kv(self.kv_cache, i) for i in range(args.num_layers)]
+        self.kv_layers = [layer_kv(self.kv_cache, i) for i in range(self.kv_spec.num_layers)]
         self.swapper = BulkSwapper(self.kv_cache, config.num_host_blocks)
         self.sampler = Sampler(config.seed)
 

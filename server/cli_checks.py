@@ -1,7 +1,8 @@
 """What `agentix serve` checks before it loads the model. Every bad argument is a `UsageError`
 of one line naming it (the CLI prints it and exits with status 2). The torch-free checks come
 first; then, after `import engine` (which imports torch): the engine config (building one
-loads no weights), the device, the ports, and the model directory's config.json."""
+loads no weights; it checks the device's form), that the device is present, the ports, and
+the model directory's config.json."""
 
 from __future__ import annotations
 
@@ -130,7 +131,7 @@ def replicas_setup(args: argparse.Namespace,
         port=options.port, model=config.model, auth_tokens=options.auth_tokens,
         router_token=local.token, grace=options.grace,
         max_prompt_bytes=options.max_prompt_bytes,
-        scheduler=config.scheduler_config(0))  # the replicas' TTL, half-lives and caps
+        scheduler=config.scheduler)  # the replicas' TTL, half-lives and caps
     return local, router
 
 
@@ -173,28 +174,23 @@ def engine_config(args: argparse.Namespace, model: str) -> EngineConfig:
                  max_num_seqs=args.max_num_seqs, program_ttl=args.program_ttl,
                  multistep=args.multistep)
     try:
-        overrides = typed_overrides(EngineConfig, args.set)
+        overrides = typed_overrides(EngineConfig.flat_field_types(), args.set, "EngineConfig")
     except ValueError as exc:
         raise UsageError(f"--set {exc}") from None
     shadowed = sorted(overrides.keys() & named.keys())
     if shadowed:
         raise UsageError(f"--set {shadowed[0]}: it has a flag of its own (see --help)")
     try:
-        return EngineConfig(**named, **overrides)
+        return EngineConfig.from_flat(**named, **overrides)
     except ValueError as exc:
         raise UsageError(f"engine config: {exc}") from None
 
 
 def _check_device(device: str) -> None:
-    """cpu, or a cuda device this machine has."""
+    """A cuda device is one this machine has (EngineConfig checked the form)."""
     import torch
 
-    try:
-        parsed = torch.device(device)
-    except RuntimeError:
-        parsed = None
-    if parsed is None or parsed.type not in ("cpu", "cuda"):
-        raise UsageError(f"--device: expected cpu, cuda or cuda:N, got {device!r}")
+    parsed = torch.device(device)
     if parsed.type == "cuda" and (parsed.index or 0) >= torch.cuda.device_count():
         raise UsageError(f"--device: {device} is not available on this machine "
                          f"({torch.cuda.device_count()} CUDA devices)")

@@ -1,15 +1,14 @@
 """Argument types shared by `agentix serve` and `agentix bench`: `--set FIELD=VALUE` for the
-fields of a config dataclass (`EngineConfig`), and positive numbers. Torch-free: the
-dataclass is passed in, not imported."""
+fields of a config (`EngineConfig.flat_field_types()`), and positive numbers. Torch-free: the
+fields are passed in, not imported."""
 
 from __future__ import annotations
 
 import argparse
 import ast
-import dataclasses
 import types
 import typing
-from typing import Any
+from typing import Any, Mapping
 
 
 def positive_float(text: str) -> float:
@@ -45,17 +44,16 @@ def parse_override(text: str) -> tuple[str, Any]:
         return name.strip(), value.strip()
 
 
-def typed_overrides(cls: type, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """`pairs` as keyword arguments of the dataclass `cls`, each value checked against its
-    field's annotation (an int is a valid float; a bool is no int); ValueError naming the
-    field and what it expects otherwise. A later pair for the same field wins."""
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
+def typed_overrides(hints: Mapping[str, Any], pairs: list[tuple[str, Any]],
+                    owner: str) -> dict[str, Any]:
+    """`pairs` as keyword arguments of the config `owner` whose fields `hints` maps to their
+    resolved annotations, each value checked against its field's annotation (an int is a
+    valid float; a bool is no int); ValueError naming the field and what it expects
+    otherwise. A later pair for the same field wins."""
     out: dict[str, Any] = {}
     for name, value in pairs:
-        if name not in names:
-            raise ValueError(f"{name}: not a field of {cls.__name__} "
-                             f"(fields: {', '.join(names)})")
+        if name not in hints:
+            raise ValueError(f"{name}: not a field of {owner} (fields: {', '.join(hints)})")
         kinds = _plain_types(hints[name])
         if not any(_fits(value, kind) for kind in kinds):
             expected = " or ".join(kind.__name__ for kind in kinds)

@@ -63,7 +63,7 @@ def test_prompt_longer_than_the_context_is_refused_by_the_engine(llm):
 ])
 def test_bad_engine_config(kwargs, field):
     with pytest.raises(ValueError, match=field):
-        EngineConfig(model="x", **kwargs)
+        EngineConfig.from_flat(model="x", **kwargs)
 
 
 def test_unknown_config_override(tiny_llama_dir):

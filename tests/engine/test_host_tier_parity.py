@@ -46,7 +46,7 @@ def make_engine(model_dir: str, **overrides) -> tuple[LLMEngine, StepClock]:
                   num_host_blocks=NUM_HOST_BLOCKS, enable_prefix_caching=True, policy="atlas",
                   kv_memory="program", service_mode="tokens")
     clock = StepClock()
-    return LLMEngine(EngineConfig(**{**config, **overrides}), clock=clock), clock
+    return LLMEngine(EngineConfig.from_flat(**{**config, **overrides}), clock=clock), clock
 
 
 def drain(engine: LLMEngine, clock: StepClock) -> None:

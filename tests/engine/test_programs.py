@@ -42,7 +42,7 @@ class CheckingExecutor:
 def make_engine(model_dir, **overrides) -> LLMEngine:
     config = dict(model=model_dir, block_size=4, num_kv_blocks=64, policy="plas",
                   service_mode="tokens", quantum_base=8, num_queues=4, starvation_beta=None)
-    return LLMEngine(EngineConfig(**{**config, **overrides}))
+    return LLMEngine(EngineConfig.from_flat(**{**config, **overrides}))
 
 
 def drain(engine) -> dict[str, list[int]]:

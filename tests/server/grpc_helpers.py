@@ -15,7 +15,7 @@ SMALL = dict(block_size=8, num_kv_blocks=64, dtype="float32", policy="atlas")
 
 
 def server_config(model_dir: str, **overrides) -> EngineConfig:
-    return EngineConfig(model=model_dir, **{**SMALL, **overrides})
+    return EngineConfig.from_flat(model=model_dir, **{**SMALL, **overrides})
 
 
 def start(model_dir: str, **kwargs):

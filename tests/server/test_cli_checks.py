@@ -111,7 +111,9 @@ def test_a_taken_port_fails_before_the_model_loads(floor, poisoned_dir):
     (["--num-kv-blocks", "1"], "engine config: num_kv_blocks must be at least 2, got 1"),
     (["--preemption-mode", "swap"], "engine config: preemption_mode='swap' needs "
                                     "num_host_blocks > 0"),
-    (["--device", "tpu"], "--device: expected cpu, cuda or cuda:N, got 'tpu'"),
+    (["--device", "tpu"], "engine config: device must be cpu, cuda or cuda:N, got 'tpu'"),
+    (["--device", "mps"], "engine config: device must be cpu, cuda or cuda:N, got 'mps'"),
+    (["--set", "block_size=12"], "engine config: block_size must be a power of two, got 12"),
 ])
 def test_bad_arguments_fail_before_the_model_loads(floor, poisoned_dir, flags, expected):
     message, seconds = fail("--model", poisoned_dir, "--port", "0", *flags)
@@ -143,13 +145,19 @@ def test_help_lists_every_default_and_the_choices(capsys):
             assert action.default is not None or "default" in action.help, action.dest
 
 
+def flat(config: EngineConfig) -> dict:
+    """The config's fields and its scheduler's, by name (as `EngineConfig.from_flat` takes
+    them)."""
+    return {**vars(config.scheduler), **vars(config)}
+
+
 def test_the_parsers_copies_of_engine_defaults_match_engine_config():
     assert cli.DTYPES == DTYPES
-    defaults = EngineConfig()
+    defaults = flat(EngineConfig())
     args = cli.build_parser().parse_args(["serve"])
     for field in ("dtype", "device", "kv_cache_memory_gb", "num_kv_blocks", "num_host_blocks",
                   "max_num_seqs", "multistep", "program_ttl", "kv_memory"):
-        assert getattr(args, field) == getattr(defaults, field), field
+        assert getattr(args, field) == defaults[field], field
 
 
 def test_set_and_the_engine_flags_reach_engine_config(tiny_llama_dir):
@@ -166,8 +174,8 @@ def test_set_and_the_engine_flags_reach_engine_config(tiny_llama_dir):
                     preemption_mode="swap", block_size=8, starvation_beta=None,
                     quantum_base=2.0, service_mode="tokens", enable_chunked_prefill=False,
                     policy="atlas", enable_prefix_caching=True)
-    assert {k: getattr(config, k) for k in expected} == expected
-    assert type(config.quantum_base) is float
+    assert {k: flat(config)[k] for k in expected} == expected
+    assert type(config.scheduler.quantum_base) is float
     assert (options.port, options.http_port, options.served_model_name,
             options.metrics_tenant_label) == (0, 0, "tiny", True)
 

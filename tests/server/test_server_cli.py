@@ -66,12 +66,14 @@ def test_serve_rejects_a_malformed_token_file(tiny_llama_dir, tmp_path, capsys):
 
 def test_serve_turns_on_prefix_caching_and_program_memory_by_default(tiny_llama_dir):
     config = engine_config(build_parser().parse_args(["serve"]), tiny_llama_dir)
-    assert (config.enable_prefix_caching, config.kv_memory, config.preemption_mode,
+    scheduler = config.scheduler
+    assert (config.enable_prefix_caching, scheduler.kv_memory, scheduler.preemption_mode,
             config.num_host_blocks) == (True, "program", "auto", 0)
     config = engine_config(build_parser().parse_args(
         ["serve", "--no-prefix-caching", "--kv-memory", "lru", "--num-host-blocks", "64",
          "--preemption-mode", "swap"]), tiny_llama_dir)
-    assert (config.enable_prefix_caching, config.kv_memory, config.preemption_mode,
+    scheduler = config.scheduler
+    assert (config.enable_prefix_caching, scheduler.kv_memory, scheduler.preemption_mode,
             config.num_host_blocks) == (False, "lru", "swap", 64)
 
 

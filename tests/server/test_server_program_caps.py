@@ -93,4 +93,4 @@ def test_the_limit_maps_to_resource_exhausted_and_the_bounds_are_validated():
         grpc.StatusCode.RESOURCE_EXHAUSTED
     for name in ("max_programs", "max_programs_per_tenant", "max_tenants"):
         with pytest.raises(ValueError, match=f"{name} must be positive"):
-            EngineConfig(**{name: 0})
+            EngineConfig.from_flat(**{name: 0})
