@@ -36,7 +36,10 @@ class EngineConfig:
     (batch limits, the policy's queues, anti-starvation, preemption, `multistep`, the program
     and tenant bounds; see SchedulerConfig, which validates them); its `bytes_per_block` is
     the engine's to fill in from the KV cache spec, whatever it is here. `from_flat` takes
-    both kinds of field as flat keywords, vLLM style.
+    both kinds of field as flat keywords, vLLM style. `tensor_parallel_size` N > 1 splits the
+    model over N ranks (`engine.parallel`: N devices from `device` on CUDA, N processes on
+    the CPU); the model's heads must split N ways (checked when it loads). Each rank holds
+    `num_kv_blocks` blocks of its own KV heads (or as many as `kv_cache_memory_gb` holds).
     """
 
     model: str = ""
@@ -50,6 +53,7 @@ class EngineConfig:
     enable_prefix_caching: bool = False
     policy: PolicySpec = "fcfs"
     seed: int = 0
+    tensor_parallel_size: int = 1
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
 
     def __post_init__(self) -> None:
@@ -67,6 +71,10 @@ class EngineConfig:
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         _check_device(self.device)
+        if isinstance(self.tensor_parallel_size, bool) or not isinstance(
+                self.tensor_parallel_size, int) or self.tensor_parallel_size < 1:
+            raise ValueError(f"tensor_parallel_size must be an int >= 1, got "
+                             f"{self.tensor_parallel_size!r}")
         policy_name(self.policy)
         if not isinstance(self.scheduler, SchedulerConfig):
             raise ValueError(f"scheduler must be a SchedulerConfig, got "

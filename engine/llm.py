@@ -17,6 +17,16 @@ class LLM:
         (`EngineConfig.from_flat`; ValueError naming an unknown one)."""
         self.engine = LLMEngine(EngineConfig.from_flat(model=str(model), **config_overrides))
 
+    def close(self) -> None:
+        """Stop the engine's tensor-parallel workers, if any (idempotent; also at exit)."""
+        self.engine.close()
+
+    def __enter__(self) -> "LLM":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
     def generate(self, prompts: Prompt | Sequence[Prompt],
                  params: SamplingParams | Sequence[SamplingParams] | None = None
                  ) -> list[CompletionOutput]:

@@ -16,6 +16,7 @@ from engine.executor import Executor, StepResult
 from engine.kv_spec import kv_cache_spec
 from engine.loader import ModelInfo, read_model_dir, read_model_info
 from engine.model_runner import ModelRunner
+from engine.parallel.executor import TensorParallelExecutor
 from engine.outputs import CompletionOutput, StepOutput
 from engine.sampling_params import SamplingParams
 from engine.stats import EngineCounters, EngineStats
@@ -60,7 +61,11 @@ class LLMEngine:
         self.max_model_len = min(config.max_model_len or model.args.max_position_embeddings,
                                  model.args.max_position_embeddings)
         self.tokenizer = model.tokenizer
-        self.runner = ModelRunner(config, files, self.max_model_len) if executor is None else None
+        self.runner: ModelRunner | TensorParallelExecutor | None = None
+        if executor is None:
+            self.runner = (ModelRunner(config, files, self.max_model_len)
+                           if config.tensor_parallel_size == 1 else
+                           TensorParallelExecutor(config, files, self.max_model_len))
         self.executor: Executor = executor or self.runner
         self.kv_spec = self.runner.kv_spec if self.runner else kv_cache_spec(model.args, config)
         self.kv = KVCacheManager(self.kv_spec.num_blocks, config.block_size,
@@ -261,6 +266,12 @@ class LLMEngine:
         self.counters.prompt_tokens_computed += call.num_prompt_tokens - call.num_cached_tokens
         if call.output_text is None and self.tokenizer is not None:
             call.output_text = self.tokenizer.decode(call.output_token_ids)
+
+    def close(self) -> None:
+        """Stop the tensor-parallel workers, if any (idempotent; a closed tensor-parallel
+        engine cannot step). Nothing else needs closing: memory goes with the engine."""
+        if isinstance(self.runner, TensorParallelExecutor):
+            self.runner.close()
 
     # ----- results and checks -----------------------------------------------------------
     def has_unfinished_calls(self) -> bool:

@@ -10,22 +10,32 @@ from engine.config import EngineConfig
 from engine.executor import StepResult
 from engine.kv_spec import kv_cache_spec
 from engine.loader import ModelFiles, load_model
-from engine.models.attention import AttentionMetadata
+from engine.parallel.comm import Communicator
+from engine.parallel.layers import shard_model
+from engine.parallel.layout import ShardLayout
 from engine.sampler import Sampler
+from engine.step_inputs import StepInputs
 from kvcache.kv_tensor import allocate_kv_cache, layer_kv
 from kvcache.swap import BulkSwapper
-from scheduler.plan import SchedulePlan, ScheduledChunk
+from scheduler.plan import SchedulePlan
 
 
 class ModelRunner:
     """Owns the model weights, the block-major KV cache (of `kv_spec`, the engine's one
-    spec: `engine.kv_spec`) and the host swap pool."""
+    spec: `engine.kv_spec`) and the host swap pool.
 
-    def __init__(self, config: EngineConfig, files: ModelFiles, max_model_len: int) -> None:
-        self.device = torch.device(config.device)
+    With a `comm` (tensor parallelism, `engine.parallel`) it holds rank `comm.rank`'s shard
+    of the model and of the KV heads, on `rank_device(config.device, comm.rank)`; every rank
+    runs `forward` on the same `StepInputs`, and rank 0 samples (`run`)."""
+
+    def __init__(self, config: EngineConfig, files: ModelFiles, max_model_len: int,
+                 comm: Communicator | None = None) -> None:
+        self.device = rank_device(config.device, comm.rank if comm else 0)
         self.dtype = getattr(torch, config.dtype)
         self.block_size = config.block_size
         self.model = load_model(files, max_model_len, self.dtype, self.device)
+        if comm is not None:
+            shard_model(self.model, ShardLayout(files.args, comm.rank, comm.world), comm)
         self.kv_spec = kv_cache_spec(files.args, config)
         self.kv_cache = allocate_kv_cache(self.kv_spec, self.device)
         self.kv_layers = [layer_kv(self.kv_cache, i) for i in range(self.kv_spec.num_layers)]
@@ -36,61 +46,40 @@ class ModelRunner:
     def num_kv_blocks(self) -> int:
         return self.kv_spec.num_blocks
 
-    @torch.inference_mode()
     def execute(self, plan: SchedulePlan) -> StepResult:
-        started = time.perf_counter()
-        self.swapper.swap_out(plan.swap_out)
-        self.swapper.swap_in(plan.swap_in)
-        swap_seconds = time.perf_counter() - started if plan.swap_out or plan.swap_in else 0.0
-        if not plan.chunks:
+        return self.run(StepInputs.of(plan, self.block_size), plan)
+
+    @torch.inference_mode()
+    def run(self, step: StepInputs, plan: SchedulePlan) -> StepResult:
+        """`forward` the step (flattened from `plan`), then sample its sampling chunks."""
+        logits, swap_seconds = self.forward(step)
+        if logits is None:
             return StepResult([], swap_seconds)
-        input_ids, positions, meta, sample_rows = self._prepare(plan.chunks)
-        hidden = self.model(input_ids, positions, self.kv_layers, meta)
-        logits = self.model.logits(hidden[sample_rows])
         sampling = [c for c in plan.chunks if c.samples]
         sampled = iter(self.sampler(logits, [c.call.params for c in sampling],
                                     [c.call.num_output_tokens for c in sampling]))
         return StepResult([next(sampled) if c.samples else None for c in plan.chunks],
                           swap_seconds)
 
-    def _prepare(self, chunks: list[ScheduledChunk]
-                 ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, torch.Tensor]:
-        """Flatten the chunks (decodes first) into token, position and slot tensors."""
-        bs = self.block_size
-        ids: list[int] = []
-        pos: list[int] = []
-        slots: list[int] = []
-        sample_rows: list[int] = []
-        decode, prefill = [], []
-        for c in chunks:
-            start, end = c.start, c.start + c.num_tokens
-            ids.extend(c.call.all_token_ids[start:end])
-            pos.extend(range(start, end))
-            table = c.block_table
-            slots.extend(table[p // bs] * bs + p % bs for p in range(start, end))
-            (decode if c.is_decode else prefill).append(c)
-            if c.samples:
-                sample_rows.append(len(ids) - 1)
-        dev = self.device
+    @torch.inference_mode()
+    def forward(self, step: StepInputs) -> tuple[torch.Tensor | None, float]:
+        """Make the step's swap copies (out, then in), then run its tokens: the logits of its
+        sample rows (None without tokens) and the seconds the copies took."""
+        started = time.perf_counter()
+        self.swapper.swap_out(step.swap_out)
+        self.swapper.swap_in(step.swap_in)
+        swap_seconds = time.perf_counter() - started if step.swap_out or step.swap_in else 0.0
+        if not step.has_tokens:
+            return None, swap_seconds
+        input_ids, positions, meta, sample_rows = step.tensors(self.device)
+        hidden = self.model(input_ids, positions, self.kv_layers, meta)
+        return self.model.logits(hidden[sample_rows]), swap_seconds
 
-        def tensor(values, dtype=torch.int32):
-            return torch.tensor(values, dtype=dtype, device=dev)
 
-        qsl = [0]
-        for c in prefill:
-            qsl.append(qsl[-1] + c.num_tokens)
-        meta = AttentionMetadata(
-            slot_mapping=tensor(slots, torch.long),
-            num_decode_tokens=len(decode),
-            decode_block_tables=self._block_tables(decode),
-            decode_context_lens=tensor([c.start + 1 for c in decode]),
-            prefill_block_tables=self._block_tables(prefill),
-            prefill_query_start_loc=tensor(qsl),
-            prefill_context_lens=tensor([c.start + c.num_tokens for c in prefill]),
-        )
-        return tensor(ids, torch.long), tensor(pos, torch.long), meta, tensor(sample_rows, torch.long)
-
-    def _block_tables(self, chunks: list[ScheduledChunk]) -> torch.Tensor:
-        width = max((len(c.block_table) for c in chunks), default=0)
-        rows = [c.block_table + [0] * (width - len(c.block_table)) for c in chunks]
-        return torch.tensor(rows, dtype=torch.int32, device=self.device).reshape(len(chunks), width)
+def rank_device(device: str, rank: int) -> torch.device:
+    """The device of tensor-parallel rank `rank`: the CPU for every rank, or the `rank`-th
+    CUDA device from `device`'s index ("cuda" counts from 0)."""
+    base = torch.device(device)
+    if base.type != "cuda":
+        return base
+    return torch.device("cuda", (base.index or 0) + rank)

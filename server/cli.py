@@ -219,6 +219,9 @@ def _add_serve_parser(sub) -> None:
         "engine", "EngineConfig fields (engine/config.py); --set sets any other one")
     engine.add_argument("--dtype", choices=DTYPES, default="float32", help="weights and KV")
     engine.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    engine.add_argument("--tensor-parallel-size", type=_positive_int, default=1, metavar="N",
+                        help="split the model over N ranks: N devices from --device on CUDA, "
+                             "N processes on the CPU (the engine starts them itself)")
     engine.add_argument("--no-prefix-caching", action="store_true",
                         help="turn the prefix cache off")
     engine.add_argument("--kv-memory", choices=KV_MEMORY_MODES, default=SCHEDULER.kv_memory,

@@ -51,10 +51,10 @@ def serve_setup(args: argparse.Namespace) -> tuple[EngineConfig, ServeOptions]:
     except ValueError as exc:
         raise UsageError(f"serve options: {exc}") from None
     config = engine_config(args, args.model or "")
-    _check_device(config.device)
+    _check_device(config.device, config.tensor_parallel_size)
     _check_ports(options)
     model = args.model or _default_model()
-    _read_model_config(model)
+    _read_model_config(model, config.tensor_parallel_size)
     return dataclasses.replace(config, model=model), options
 
 
@@ -168,6 +168,7 @@ def engine_config(args: argparse.Namespace, model: str) -> EngineConfig:
     from server.config_flags import typed_overrides
 
     named = dict(model=model, policy=args.policy, dtype=args.dtype, device=args.device,
+                 tensor_parallel_size=args.tensor_parallel_size,
                  enable_prefix_caching=not args.no_prefix_caching, kv_memory=args.kv_memory,
                  preemption_mode=args.preemption_mode, num_host_blocks=args.num_host_blocks,
                  num_kv_blocks=args.num_kv_blocks, kv_cache_memory_gb=args.kv_cache_memory_gb,
@@ -186,14 +187,17 @@ def engine_config(args: argparse.Namespace, model: str) -> EngineConfig:
         raise UsageError(f"engine config: {exc}") from None
 
 
-def _check_device(device: str) -> None:
-    """A cuda device is one this machine has (EngineConfig checked the form)."""
+def _check_device(device: str, tensor_parallel_size: int) -> None:
+    """A cuda device, and the next `tensor_parallel_size - 1`, are ones this machine has
+    (EngineConfig checked the form)."""
     import torch
 
     parsed = torch.device(device)
-    if parsed.type == "cuda" and (parsed.index or 0) >= torch.cuda.device_count():
-        raise UsageError(f"--device: {device} is not available on this machine "
-                         f"({torch.cuda.device_count()} CUDA devices)")
+    last = (parsed.index or 0) + tensor_parallel_size - 1
+    if parsed.type == "cuda" and last >= torch.cuda.device_count():
+        raise UsageError(f"--device: {device} with --tensor-parallel-size "
+                         f"{tensor_parallel_size} needs cuda:{last}, not available on this "
+                         f"machine ({torch.cuda.device_count()} CUDA devices)")
 
 
 def _check_ports(options: ServeOptions) -> None:
@@ -213,12 +217,14 @@ def _check_ports(options: ServeOptions) -> None:
                     raise UsageError(f"{flag}: {exc.strerror}") from None
 
 
-def _read_model_config(model: str) -> None:
-    """The directory's config.json names a supported architecture (no weights are read)."""
+def _read_model_config(model: str, tensor_parallel_size: int) -> None:
+    """The directory's config.json names a supported architecture whose heads split
+    `tensor_parallel_size` ways (no weights are read)."""
     from engine.loader import read_model_dir
+    from engine.parallel.layout import check_split
 
     try:
-        read_model_dir(model)
+        check_split(read_model_dir(model).args, tensor_parallel_size)
     except KeyError as exc:
         raise UsageError(f"model: {model}/config.json has no {exc}") from None
     except (OSError, ValueError) as exc:

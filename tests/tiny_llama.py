@@ -15,11 +15,12 @@ TINY_LLAMA = dict(
 )
 
 
-def build_tiny_llama(path, tie_word_embeddings: bool, seed: int = 0):
+def build_tiny_llama(path, tie_word_embeddings: bool, seed: int = 0, **overrides):
+    """Write a tiny Llama (TINY_LLAMA with `overrides`) to `path`; returns the HF model."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    config = LlamaConfig(**TINY_LLAMA, tie_word_embeddings=tie_word_embeddings)
+    config = LlamaConfig(**{**TINY_LLAMA, **overrides}, tie_word_embeddings=tie_word_embeddings)
     model = LlamaForCausalLM(config).eval()
     model.save_pretrained(path)
     return model
@@ -48,9 +49,10 @@ def save_word_tokenizer(path) -> None:
 
 
 def hf_greedy(model, prompt: list[int], max_new_tokens: int) -> list[int]:
-    """transformers' own greedy continuation, EOS ignored."""
+    """transformers' own greedy continuation, EOS an ordinary token (no EOS id: like the
+    engine's `ignore_eos`, and unlike `min_new_tokens`, which masks EOS out)."""
     with torch.no_grad():
         out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt),
                              dtype=torch.long), max_new_tokens=max_new_tokens,
-                             min_new_tokens=max_new_tokens, do_sample=False, pad_token_id=0)
+                             eos_token_id=[], do_sample=False, pad_token_id=0)
     return out[0, len(prompt):].tolist()

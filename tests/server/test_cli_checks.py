@@ -114,6 +114,11 @@ def test_a_taken_port_fails_before_the_model_loads(floor, poisoned_dir):
     (["--device", "tpu"], "engine config: device must be cpu, cuda or cuda:N, got 'tpu'"),
     (["--device", "mps"], "engine config: device must be cpu, cuda or cuda:N, got 'mps'"),
     (["--set", "block_size=12"], "engine config: block_size must be a power of two, got 12"),
+    (["--tensor-parallel-size", "3"], "tensor_parallel_size 3 does not divide the model's "
+                                      "num_attention_heads 4"),
+    (["--tensor-parallel-size", "0"], "argument --tensor-parallel-size: must be >= 1, got 0"),
+    (["--device", "cuda", "--tensor-parallel-size", "2"], "--device: cuda with "
+                                                          "--tensor-parallel-size 2 needs"),
 ])
 def test_bad_arguments_fail_before_the_model_loads(floor, poisoned_dir, flags, expected):
     message, seconds = fail("--model", poisoned_dir, "--port", "0", *flags)

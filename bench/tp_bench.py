@@ -1,0 +1,150 @@
+"""Tensor parallelism on this CPU: TP=1 against TP=2 tokens/s, and the cost model's TP term
+against measured TP=2 step times.
+
+    python -m bench.tp_bench [--json PATH] [--rounds 3]
+
+The model is a random Llama written to a temp folder (SmolLM2's 9 heads do not split in two):
+hidden 512, 8 heads, 4 KV heads, intermediate 2,048, 8 layers, vocab 4,096, float32. Every
+measurement runs in a fresh process on the same total of torch threads: TP=1 with all of
+them, TP=2 with half each (the engine divides them).
+
+1. Throughput: `--num` prompts of `--prompt-tokens` tokens, `--max-tokens` out each, one
+   engine per run; TP=1 and TP=2 alternate for `--rounds` rounds; medians.
+2. The cost model's TP term: the calibration probes (`bench.calibrate`) fitted on TP=1 with
+   one thread (a "device" is one core), then the same probes measured at TP=2 (one thread per
+   rank) against the fitted model with `tensor_parallel=2`, which divides the FLOPs and bytes
+   of a step by 2 and keeps the per-step overhead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from dataclasses import replace
+from typing import Any, Sequence
+
+from bench.measure import run_in_subprocess
+
+MODEL = dict(vocab_size=4096, hidden_size=512, intermediate_size=2048, num_hidden_layers=8,
+             num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=2048,
+             rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
+PROBES = dict(prefill_sizes=(16, 64, 256), batches=(1, 4, 16), contexts=(32, 256), repeats=3)
+
+
+def write_model(path: str) -> str:
+    """The random benchmark Llama, saved to `path` (seed 0)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(**MODEL)).eval().save_pretrained(path)
+    return path
+
+
+def run_generate(model_dir: str, tp: int, threads: int, num: int, prompt_tokens: int,
+                 max_tokens: int) -> dict[str, Any]:
+    """(In a fresh process.) Generate and time; tokens/s over the generate call only."""
+    import torch
+
+    from engine import LLM, SamplingParams
+
+    torch.set_num_threads(threads)
+    llm = LLM(model_dir, tensor_parallel_size=tp, num_kv_blocks=num * (
+        (prompt_tokens + max_tokens) // 16 + 2), max_num_seqs=num)
+    prompts = [[3 + (i * 7 + j) % 4000 for j in range(prompt_tokens)] for i in range(num)]
+    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+    llm.generate(prompts[:2], SamplingParams(max_tokens=2, ignore_eos=True))   # warm-up
+    started = time.perf_counter()
+    outputs = llm.generate(prompts, params)
+    seconds = time.perf_counter() - started
+    llm.close()
+    tokens = sum(len(o.token_ids) for o in outputs)
+    return {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds}
+
+
+def run_probes(model_dir: str, tp: int, threads: int) -> dict[str, Any]:
+    """(In a fresh process.) The calibration probes at `tp`; the fit too when tp is 1."""
+    import torch
+
+    from bench.calibrate import Probes, measure_steps, probe_config
+    from bench.real_run import real_engine
+    from bench.step_fit import fit_step_times, model_preset_for
+
+    torch.set_num_threads(threads)
+    probes = Probes(**PROBES)
+    config = probe_config({"dtype": "float32", "num_kv_blocks": 512,
+                           "tensor_parallel_size": tp}, probes)
+    engine, recorder = real_engine(model_dir, config)
+    samples = measure_steps(engine, recorder, probes)
+    engine.close()
+    out: dict[str, Any] = {"samples": [[list(map(list, s.chunks)), s.new_round, s.seconds]
+                                       for s in samples]}
+    if tp == 1:
+        out["fit"] = fit_step_times(samples, model_preset_for(model_dir)).__dict__
+    return out
+
+
+def cost_model_check(model_dir: str, fit: dict[str, float], samples: list) -> dict[str, Any]:
+    """Measured TP=2 step times against the TP=1 fit with `tensor_parallel=2`."""
+    from bench.cost_model import CostModel
+    from bench.step_fit import cpu_preset, model_preset_for
+
+    model = replace(model_preset_for(model_dir), tensor_parallel=2)
+    cost = CostModel(cpu_preset(fit["flops_rate"], fit["byte_rate"]), model,
+                     fit["step_overhead"], fit["schedule_overhead"])
+    errors, rows = [], []
+    for chunks, new_round, seconds in samples:
+        predicted = cost.step_seconds([tuple(c) for c in chunks], new_round)
+        errors.append(predicted / seconds - 1)
+        rows.append({"chunks": len(chunks), "tokens": sum(c[0] for c in chunks),
+                     "measured": seconds, "predicted": predicted})
+    return {"rms_rel_error": statistics.fmean(e * e for e in errors) ** 0.5,
+            "mean_rel_error": statistics.fmean(errors),
+            "max_abs_rel_error": max(abs(e) for e in errors), "steps": rows}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--num", type=int, default=16)
+    parser.add_argument("--prompt-tokens", type=int, default=128)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=2, help="torch threads in all")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", help="write every figure here")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="agentix-tp-bench-") as model_dir:
+        write_model(model_dir)
+        runs: dict[int, list[dict]] = {1: [], 2: []}
+        for _ in range(args.rounds):
+            for tp in (1, 2):
+                runs[tp].append(run_in_subprocess("bench.tp_bench:run_generate", dict(
+                    model_dir=model_dir, tp=tp, threads=args.threads, num=args.num,
+                    prompt_tokens=args.prompt_tokens, max_tokens=args.max_tokens)))
+        speed = {tp: statistics.median(r["tokens_per_s"] for r in rs) for tp, rs in runs.items()}
+        one = run_in_subprocess("bench.tp_bench:run_probes",
+                                dict(model_dir=model_dir, tp=1, threads=1))
+        two = run_in_subprocess("bench.tp_bench:run_probes",
+                                dict(model_dir=model_dir, tp=2, threads=2))
+        check = cost_model_check(model_dir, one["fit"], two["samples"])
+    measured = {tp: statistics.fmean(s[2] for s in r["samples"]) for tp, r in ((1, one),
+                                                                             (2, two))}
+    out = {"tokens_per_s": speed, "tp2_over_tp1": speed[2] / speed[1], "runs": runs,
+           "fit_tp1_one_thread": one["fit"], "mean_step_seconds": measured,
+           "cost_model_tp2": check}
+    print(f"| TP | tokens/s (median of {args.rounds}) | vs TP=1 |\n| --- | --- | --- |")
+    for tp in (1, 2):
+        print(f"| {tp} | {speed[tp]:.1f} | {speed[tp] / speed[1]:.2f}x |")
+    print(f"\ncost model TP=2 step error: mean {check['mean_rel_error']:+.1%}, rms "
+          f"{check['rms_rel_error']:.1%}, max {check['max_abs_rel_error']:.1%} over "
+          f"{len(check['steps'])} steps; measured mean step TP=2 / TP=1 (one thread per "
+          f"rank): {measured[2] / measured[1]:.2f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1, default=str)
+
+
+if __name__ == "__main__":
+    main()
