@@ -57,12 +57,12 @@ def run_hf_generate(
     batches = [requests[i : i + batch_size] for i in range(0, len(requests), batch_size)]
     with torch.inference_mode():
         if warmup:
-            _generate(model, batches[0][:1], 2, pad_id)
+            generate_batch(model, batches[0][:1], 2, pad_id)
         computed = 0
         start = time.perf_counter()
         for batch in batches:
             new_tokens = max(output_len for _, output_len in batch)
-            _generate(model, batch, new_tokens, pad_id)
+            generate_batch(model, batch, new_tokens, pad_id)
             computed += len(batch) * new_tokens
         seconds = time.perf_counter() - start
     tokens = sum(output_len for _, output_len in requests)
@@ -76,7 +76,7 @@ def run_hf_generate(
     }
 
 
-def _generate(model: Any, batch: Sequence[Request], new_tokens: int, pad_id: int) -> None:
+def generate_batch(model: Any, batch: Sequence[Request], new_tokens: int, pad_id: int) -> None:
     """One left-padded greedy batch generating exactly `new_tokens` tokens per row."""
     width = max(len(prompt) for prompt, _ in batch)
     input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
