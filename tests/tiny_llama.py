@@ -56,3 +56,18 @@ def hf_greedy(model, prompt: list[int], max_new_tokens: int) -> list[int]:
                              dtype=torch.long), max_new_tokens=max_new_tokens,
                              eos_token_id=[], do_sample=False, pad_token_id=0)
     return out[0, len(prompt):].tolist()
+
+
+def hf_chat_answers(model_dir, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+    """transformers' greedy answers (float32, stopping at the model's EOS) to token prompts."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    answers = []
+    for prompt in prompts:
+        with torch.no_grad():
+            out = model.generate(torch.tensor([prompt]), max_new_tokens=max_new_tokens,
+                                 do_sample=False, attention_mask=torch.ones(1, len(prompt),
+                                                                            dtype=torch.long))
+        answers.append(out[0, len(prompt):].tolist())
+    return answers

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
+from tiny_llama import hf_chat_answers
 from engine import LLM, SamplingParams
 
 pytestmark = pytest.mark.slow
@@ -26,19 +26,10 @@ def smollm2_dir():
 
 
 def test_greedy_chat_answers_match_transformers(smollm2_dir):
-    from transformers import AutoModelForCausalLM
-
     llm = LLM(smollm2_dir, num_kv_blocks=64, max_num_batched_tokens=128)
     prompts = [llm.engine.tokenizer.chat_prompt(q) for q in QUESTIONS]
     outputs = llm.generate(prompts, SamplingParams(max_tokens=MAX_TOKENS))
     llm.engine.check_integrity()
-
-    model = AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32).eval()
-    for prompt, out in zip(prompts, outputs):
-        with torch.no_grad():
-            ref = model.generate(torch.tensor([prompt]), max_new_tokens=MAX_TOKENS,
-                                 do_sample=False, attention_mask=torch.ones(1, len(prompt),
-                                                                            dtype=torch.long))
-        assert out.token_ids == ref[0, len(prompt):].tolist()
+    assert [o.token_ids for o in outputs] == hf_chat_answers(smollm2_dir, prompts, MAX_TOKENS)
     assert "Paris" in outputs[0].text
     assert {o.finish_reason for o in outputs} <= {"stop", "length"}
