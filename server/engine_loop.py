@@ -149,15 +149,19 @@ class EngineLoop:
             await asyncio.sleep(0.02)
 
     def stop(self, timeout: float | None = 30.0) -> None:
-        """Stop the engine thread (after `drain`, or abruptly: streams then get no final).
-        Commands posted afterwards raise DrainingError. Idempotent."""
+        """Stop the engine thread (after `drain`, or abruptly: streams then get no final),
+        then close the engine (its tensor-parallel workers). Commands posted afterwards raise
+        DrainingError. Idempotent."""
         with self._lock:
             if not self._closed:
                 self._commands.append(self._request_stop)
             self._closed = True
         self._wake.set()
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+        if threading.current_thread() is self._thread:
+            return
+        if self._thread.is_alive():
             self._thread.join(timeout)
+        self.engine.close()
 
     # ----- engine thread ----------------------------------------------------------------
     def _main(self) -> None:
