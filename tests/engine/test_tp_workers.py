@@ -1,5 +1,6 @@
 """No tensor-parallel worker is left behind: after a normal close, after an exception in a
-step, and after SIGTERM or SIGKILL of the engine's process. Bad splits fail before any
+step, and after SIGTERM of the engine's process (which runs no
+clean-up: the worker's parent-death signal and watch end it). Bad splits fail before any
 worker starts."""
 
 from __future__ import annotations
@@ -57,15 +58,14 @@ time.sleep(600)
 """
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
-def test_the_workers_die_with_their_parent(tiny_llama_dir, sig):
+def test_the_workers_die_with_their_sigtermed_parent(tiny_llama_dir):
     script = textwrap.dedent(SCRIPT.format(root=str(ROOT), model=tiny_llama_dir))
     parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
                               text=True)
     try:
         pids = [int(p) for p in parent.stdout.readline().split()]
         assert len(pids) == 1 and alive(pids[0])
-        os.kill(parent.pid, sig)
+        os.kill(parent.pid, signal.SIGTERM)   # its default action: no atexit, no close
         parent.wait(10)
         assert wait_gone(pids) == []
     finally:
