@@ -14,6 +14,7 @@ from engine.parallel.comm import Communicator
 from engine.parallel.layers import shard_model
 from engine.parallel.layout import ShardLayout
 from engine.sampler import Sampler
+from engine.staging import HostStaging
 from engine.step_inputs import StepInputs
 from kvcache.kv_tensor import allocate_kv_cache, layer_kv
 from kvcache.swap import BulkSwapper
@@ -41,6 +42,7 @@ class ModelRunner:
         self.kv_layers = [layer_kv(self.kv_cache, i) for i in range(self.kv_spec.num_layers)]
         self.swapper = BulkSwapper(self.kv_cache, config.num_host_blocks)
         self.sampler = Sampler(config.seed)
+        self.staging = HostStaging(self.device) if self.device.type == "cuda" else None
 
     @property
     def num_kv_blocks(self) -> int:
@@ -71,7 +73,7 @@ class ModelRunner:
         swap_seconds = time.perf_counter() - started if step.swap_out or step.swap_in else 0.0
         if not step.has_tokens:
             return None, swap_seconds
-        input_ids, positions, meta, sample_rows = step.tensors(self.device)
+        input_ids, positions, meta, sample_rows = step.tensors(self.device, self.staging)
         hidden = self.model(input_ids, positions, self.kv_layers, meta)
         return self.model.logits(hidden[sample_rows]), swap_seconds
 

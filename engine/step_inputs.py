@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.models.attention import AttentionMetadata
+from engine.staging import HostStaging
 from scheduler.plan import SchedulePlan
 
 
@@ -63,28 +64,34 @@ class StepInputs:
     def has_tokens(self) -> bool:
         return bool(self.token_ids)
 
-    def tensors(self, device: torch.device
+    def tensors(self, device: torch.device, staging: HostStaging | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, torch.Tensor]:
-        """(input_ids, positions, attention metadata, sample_rows) on `device`."""
-
-        def tensor(values, dtype=torch.int32):
-            return torch.tensor(values, dtype=dtype, device=device)
-
+        """(input_ids, positions, attention metadata, sample_rows) on `device`: built there
+        directly, or through `staging` in one transfer (what a CUDA runner does)."""
+        decode_width = max(map(len, self.decode_tables), default=0)
+        prefill_width = max(map(len, self.prefill_tables), default=0)
+        parts = [self.token_ids, self.positions, self.slots, self.sample_rows,
+                 _padded(self.decode_tables, decode_width), self.decode_lens,
+                 _padded(self.prefill_tables, prefill_width), self.prefill_starts,
+                 self.prefill_lens]
+        if staging is None:
+            ids, pos, slots, rows, dt, dl, pt, ps, pl = (
+                torch.tensor(p, dtype=torch.long, device=device) for p in parts)
+        else:
+            ids, pos, slots, rows, dt, dl, pt, ps, pl = staging.upload(parts)
         meta = AttentionMetadata(
-            slot_mapping=tensor(self.slots, torch.long),
+            slot_mapping=slots,
             num_decode_tokens=self.num_decode,
-            decode_block_tables=_table(self.decode_tables, device),
-            decode_context_lens=tensor(self.decode_lens),
-            prefill_block_tables=_table(self.prefill_tables, device),
-            prefill_query_start_loc=tensor(self.prefill_starts),
-            prefill_context_lens=tensor(self.prefill_lens),
+            decode_block_tables=dt.to(torch.int32).view(len(self.decode_tables), decode_width),
+            decode_context_lens=dl.to(torch.int32),
+            prefill_block_tables=pt.to(torch.int32).view(len(self.prefill_tables),
+                                                         prefill_width),
+            prefill_query_start_loc=ps.to(torch.int32),
+            prefill_context_lens=pl.to(torch.int32),
         )
-        return (tensor(self.token_ids, torch.long), tensor(self.positions, torch.long), meta,
-                tensor(self.sample_rows, torch.long))
+        return ids, pos, meta, rows
 
 
-def _table(tables: list[list[int]], device: torch.device) -> torch.Tensor:
-    """Block tables padded with the null block 0 to one width, int32 [rows, width]."""
-    width = max((len(t) for t in tables), default=0)
-    rows = [t + [0] * (width - len(t)) for t in tables]
-    return torch.tensor(rows, dtype=torch.int32, device=device).reshape(len(tables), width)
+def _padded(tables: list[list[int]], width: int) -> list[int]:
+    """Block tables padded with the null block 0 to `width`, flattened row by row."""
+    return [block for t in tables for block in (*t, *[0] * (width - len(t)))]
