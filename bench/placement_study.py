@@ -10,7 +10,8 @@ rate (cached over prompt tokens) shown with a capacity is that of the fastest ru
 target. Searches run in `--jobs` worker processes.
 
     capacity   every placement x workload at --replicas (default 4)
-    scaling    agentix at 1, 2, 4 and 8 replicas on mixed, programs scaled with replicas
+    scaling    each variant at 1, 2, 4 and 8 replicas on mixed, programs scaled with replicas:
+               capacity, or the run at --per-replica-rate x replicas
     cutoff     agentix at cutoffs 256 to 16,384 and auto, at a given rate per workload
 
 Writes `<out>/<study>.json` (every run) and prints a markdown table.
@@ -37,6 +38,7 @@ VARIANTS = {"agentix": ("agentix", 2048), "agentix-auto": ("agentix", "auto"),
 PROGRAMS = {"mixed": 200, "sharegpt": 400, "lats": 60}
 START_RATE = {"mixed": 16.0, "sharegpt": 24.0, "lats": 4.0}
 CUTOFFS = (256, 512, 1024, 2048, 4096, 8192, 16384)
+REPLICA_COUNTS = (1, 2, 4, 8)
 
 
 @dataclass(frozen=True)
@@ -113,18 +115,34 @@ def capacity_study(args: argparse.Namespace, pool: ProcessPoolExecutor) -> dict:
 
 
 def scaling_study(args: argparse.Namespace, pool: ProcessPoolExecutor) -> dict:
+    """Each variant at 1, 2, 4 and 8 replicas on mixed, `--programs` per replica: its
+    capacity (as `capacity_study` finds it), or with `--per-replica-rate` its run at that rate
+    times the replicas (linear scaling keeps its latency and hit rate flat)."""
     target = latency_target("mixed")
     per_replica = args.programs or 50
-    jobs = {n: pool.submit(capacity_search, "mixed", per_replica * n, "agentix", n, target,
-                           (args.start_rate or 4.0) * n, args.iterations)
-            for n in (1, 2, 4, 8)}
-    out = {"target": target, "programs_per_replica": per_replica, "replicas": {}}
-    for n, future in jobs.items():
-        runs = future.result()
-        out["replicas"][n] = {**summarize(runs, target), "runs": [asdict(r) for r in runs]}
-    one = out["replicas"][1]["capacity"]
-    for n, entry in out["replicas"].items():
-        entry["of_linear"] = entry["capacity"] / (n * one) if one and entry["capacity"] else None
+    jobs = {}
+    for variant in args.variants:
+        for n in REPLICA_COUNTS:
+            if args.per_replica_rate:
+                jobs[variant, n] = pool.submit(run_one, "mixed", per_replica * n, variant, n,
+                                               args.per_replica_rate * n)
+            else:
+                jobs[variant, n] = pool.submit(capacity_search, "mixed", per_replica * n,
+                                               variant, n, target,
+                                               (args.start_rate or 4.0) * n, args.iterations)
+    out: dict = {"target": target, "programs_per_replica": per_replica,
+                 "per_replica_rate": args.per_replica_rate, "variants": {}}
+    for (variant, n), future in jobs.items():
+        result = future.result()
+        entry = (asdict(result) if args.per_replica_rate else
+                 {**summarize(result, target), "runs": [asdict(r) for r in result]})
+        out["variants"].setdefault(variant, {})[n] = entry
+    if not args.per_replica_rate:
+        for entries in out["variants"].values():
+            one = entries[1]["capacity"]
+            for n, entry in entries.items():
+                entry["of_linear"] = (entry["capacity"] / (n * one)
+                                      if one and entry["capacity"] else None)
     return out
 
 
@@ -179,6 +197,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--start-rate", type=float, help="first rate tried (default: per "
                                                          "workload; scaling: per replica)")
     parser.add_argument("--iterations", type=int, default=2, help="bisection steps")
+    parser.add_argument("--per-replica-rate", type=float,
+                        help="scaling study: one run per replica count at this rate times "
+                             "the replicas instead of a capacity search")
     parser.add_argument("--rates", type=lambda s: [float(r) for r in s.split(",")],
                         help="cutoff study: the rate of each workload, in order")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes")

@@ -3,9 +3,10 @@ table."""
 
 from __future__ import annotations
 
+import json
 import math
 
-from bench.placement_study import Run, capacity_table, run_one, summarize
+from bench.placement_study import Run, capacity_table, main, run_one, summarize
 
 
 def run(variant: str, rate: float, latency: float, hit: float) -> Run:
@@ -40,3 +41,15 @@ def test_table_gives_ratios_against_the_baselines():
         "prefix_aware": entry(14.0), "agentix-auto": entry(15.4)}}}
     row = capacity_table(out).splitlines()[-1]
     assert "1.40x / 2.00x / 1.00x" in row and row.endswith("| 1.10x |")
+
+
+def test_scaling_at_a_per_replica_rate_runs_each_replica_count(tmp_path):
+    main(["scaling", "--variants", "pinned", "--programs", "2", "--per-replica-rate", "2",
+          "--jobs", "1", "--out", str(tmp_path)])
+    out = json.loads((tmp_path / "scaling.json").read_text())
+    runs = out["variants"]["pinned"]
+    assert sorted(runs, key=int) == ["1", "2", "4", "8"]
+    assert [(runs[n]["replicas"], runs[n]["num_programs"], runs[n]["rate"])
+            for n in ("1", "2", "4", "8")] == [(1, 2, 2.0), (2, 4, 4.0), (4, 8, 8.0),
+                                                (8, 16, 16.0)]
+    assert all(runs[n]["programs_completed"] == runs[n]["num_programs"] for n in runs)
