@@ -5,7 +5,7 @@ Contract (both implementations):
                   already in the cache)
     k_cache, v_cache: [num_blocks, block_size, num_kv_heads, head_dim], any strides
     block_tables: int32 [batch, max_blocks_per_seq]; entries past a sequence's context are
-                  padding (the null block); the reference reads them masked, the kernel never
+                  padding (the null block), never read
     context_lens: int32 [batch], cached tokens per sequence including the current one; 0 marks a
                   padding row, whose output is zeros
     scale:        softmax scale (usually head_dim ** -0.5)
@@ -15,11 +15,15 @@ Returns a new tensor shaped and typed like `query`.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 import torch.nn.functional as F
 
 from kernels.shapes import check_query_and_cache
 
+# The reference builds a CSR pattern each call; torch warns once that CSR support is beta.
+warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
 
 
 def _check(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -35,54 +39,103 @@ def _check(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     return group
 
 
-ROWS_PER_GROUP = 8  # the reference pads each group of similar-length rows separately
-
-
 def paged_decode_attention_ref(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                                block_tables: torch.Tensor, context_lens: torch.Tensor,
                                scale: float) -> torch.Tensor:
-    """Torch reference of `paged_decode_attention`, vectorized over the batch (CPU hot path).
+    """Torch reference of `paged_decode_attention` (the CPU hot path), reading K/V in place.
 
-    Rows are sorted by context length and taken in groups of `ROWS_PER_GROUP`, so each group
-    is padded only to its own longest context. A group gathers whole blocks (one
-    `index_select`, a memcpy per block) into [rows, blocks * block_size, kv_heads, head_dim]
-    and runs one masked SDPA. Slots past a context are read and masked out, so they must hold
-    finite values (the engine's cache starts zeroed and only finite K/V are written).
+    Every (row, query head) is one CSR row over the slots of its row's blocks, as rows of a
+    flat `[slots, head_dim]` view of the cache storage: one `sampled_addmm` gives all q.k scores
+    at those slots, the softmax runs per (row, head) segment, and one weighted `embedding_bag`
+    sums V. Nothing is gathered or padded. Whole blocks are read and the slots past a context
+    masked, so they must hold finite values (the engine's cache starts zeroed and only finite
+    K/V are written). Caches other than float32 with head_dim-aligned strides shared by K and V
+    are first copied, the rows' blocks only, into compact float32 caches.
     """
     group = _check(query, k_cache, v_cache, block_tables, context_lens)
     batch, num_q_heads, head_dim = query.shape
-    out = torch.zeros_like(query)
-    lens = context_lens.to(dtype=torch.long)
-    order = torch.argsort(lens.cpu(), descending=True)
-    sorted_lens = lens.cpu()[order].tolist()
-    for first in range(0, batch, ROWS_PER_GROUP):
-        if sorted_lens[first] == 0:
-            break
-        rows = order[first:first + ROWS_PER_GROUP].to(query.device)
-        out[rows] = _attend_group(query[rows], k_cache, v_cache, block_tables[rows], lens[rows],
-                                  sorted_lens[first], group, scale)
-    return out
+    block_size = k_cache.shape[1]
+    lens = context_lens.to(device=query.device, dtype=torch.long)
+    row_blocks = (lens + block_size - 1) // block_size
+    num_segs, n = batch * num_q_heads, int(row_blocks.sum()) * num_q_heads
+    if n == 0:
+        return torch.zeros_like(query)
+    tables = block_tables.to(device=query.device, dtype=torch.long)
+    if not _readable_in_place(k_cache, v_cache):
+        k_cache, v_cache, tables = _compact(k_cache, v_cache, tables, row_blocks)
+    keys, values = _flat_rows(k_cache), _flat_rows(v_cache)
+    index_dtype = torch.int32 if max(keys.shape[0], n * block_size) < 2**31 else torch.long
+    cols = _slot_rows(k_cache, tables, row_blocks, num_q_heads, group).to(index_dtype)
+    seg_blocks = row_blocks.repeat_interleave(num_q_heads)
+    crow = torch.zeros(num_segs + 1, device=query.device, dtype=index_dtype)
+    torch.cumsum(seg_blocks * block_size, 0, dtype=index_dtype, out=crow[1:])
+    scores = torch.zeros(n * block_size, device=query.device, dtype=torch.float32)
+    pattern = torch.sparse_csr_tensor(crow, cols, scores, (num_segs, keys.shape[0]),
+                                      check_invariants=False)
+    torch.sparse.sampled_addmm(pattern, query.reshape(num_segs, head_dim).float(), keys.t(),
+                               beta=0.0, alpha=scale, out=pattern)  # fills `scores`
+    total = _segment_softmax_(scores.view(n, block_size), seg_blocks,
+                              lens.repeat_interleave(num_q_heads))
+    out = F.embedding_bag(cols, values, crow, mode="sum", per_sample_weights=scores,
+                          include_last_offset=True)
+    # An empty segment (context 0) sums to 0 over no slots: 0 / 1. Others have total >= 1.
+    return out.div_(total.clamp_(min=1)[:, None]).view_as(query).to(query.dtype)
 
 
-def _attend_group(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                  block_tables: torch.Tensor, lens: torch.Tensor, max_len: int, group: int,
-                  scale: float) -> torch.Tensor:
-    """Decode attention of rows whose longest context is `max_len`; zeros for empty rows."""
-    rows, num_q_heads, head_dim = query.shape
-    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
-    num_blocks = -(-max_len // block_size)
-    padded = num_blocks * block_size
-    ids = block_tables[:, :num_blocks].to(device=k_cache.device, dtype=torch.long).flatten()
-    # [rows, padded, kv, d] -> [rows, kv, padded, d]; queries -> [rows, kv, group, d]
-    k = k_cache.index_select(0, ids).view(rows, padded, num_kv_heads, head_dim).transpose(1, 2)
-    v = v_cache.index_select(0, ids).view(rows, padded, num_kv_heads, head_dim).transpose(1, 2)
-    q = query.reshape(rows, num_kv_heads, group, head_dim)
-    valid = torch.arange(padded, device=query.device)[None, :] < lens[:, None]
-    out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(),
-                                         attn_mask=valid[:, None, None, :], scale=scale)
-    # A row with context 0 is fully masked (NaN): zeros instead.
-    out = torch.where((lens > 0)[:, None, None, None], out, torch.zeros((), device=out.device))
-    return out.reshape(rows, num_q_heads, head_dim).to(query.dtype)
+def _slot_rows(cache: torch.Tensor, tables: torch.Tensor, row_blocks: torch.Tensor,
+               num_q_heads: int, group: int) -> torch.Tensor:
+    """`_flat_rows` indices of every (row, query head)'s slots, in that order, each row's first
+    `row_blocks[row]` blocks whole: long `[sum(row_blocks) * num_q_heads * block_size]`."""
+    head_dim, block_size = cache.shape[3], cache.shape[1]
+    block_rows, slot_rows, head_rows = (s // head_dim for s in cache.stride()[:3])
+    heads = torch.arange(num_q_heads, device=tables.device) // group * head_rows
+    used = torch.arange(tables.shape[1], device=tables.device) < row_blocks[:, None]
+    firsts = torch.masked_select(tables[:, None, :] * block_rows + heads[:, None],
+                                 used[:, None, :])
+    slots = torch.arange(0, block_size * slot_rows, slot_rows, device=tables.device)
+    return (firsts[:, None] + slots).view(-1)
+
+
+def _segment_softmax_(scores: torch.Tensor, seg_blocks: torch.Tensor,
+                      seg_lens: torch.Tensor) -> torch.Tensor:
+    """Unnormalized softmax in place over each segment of `scores` `[blocks, block_size]`
+    (segment i: `seg_blocks[i]` consecutive blocks holding `seg_lens[i]` valid slots, the rest
+    of its last block masked); returns each segment's sum (0 for an empty one)."""
+    n, block_size = scores.shape
+    nonempty = seg_blocks > 0
+    last = (torch.cumsum(seg_blocks, 0) - 1)[nonempty]
+    filled = (seg_lens - (seg_blocks - 1) * block_size)[nonempty]
+    past = torch.arange(block_size, device=scores.device) >= filled[:, None]
+    scores[last] = scores[last].masked_fill(past, float("-inf"))
+    peak = torch.segment_reduce(scores.amax(-1), "max", lengths=seg_blocks)
+    scores.sub_(peak.repeat_interleave(seg_blocks, output_size=n)[:, None]).exp_()
+    return torch.segment_reduce(scores.sum(-1), "sum", lengths=seg_blocks)
+
+
+def _readable_in_place(k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
+    """Whether both caches are float32 with equal strides that step in whole head_dim rows."""
+    head_dim = k_cache.shape[3]
+    return (k_cache.dtype == v_cache.dtype == torch.float32 and k_cache.stride() == v_cache.stride()
+            and k_cache.stride(3) == 1 and all(s % head_dim == 0 for s in k_cache.stride()[:3]))
+
+
+def _flat_rows(cache: torch.Tensor) -> torch.Tensor:
+    """The storage from `cache`'s first element as `[rows, head_dim]`: slot o of block b, kv head
+    h is row (b * stride(0) + o * stride(1) + h * stride(2)) // head_dim."""
+    head_dim = cache.shape[3]
+    last = sum((size - 1) * stride for size, stride in zip(cache.shape[:3], cache.stride()[:3]))
+    return cache.as_strided((last // head_dim + 1, head_dim), (head_dim, 1))
+
+
+def _compact(k_cache: torch.Tensor, v_cache: torch.Tensor, tables: torch.Tensor,
+             row_blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Contiguous float32 copies of each row's first `row_blocks[row]` blocks, with the block
+    tables renumbered into them."""
+    used = torch.arange(tables.shape[1], device=tables.device)[None, :] < row_blocks[:, None]
+    ids = tables[used]
+    renumbered = torch.zeros_like(tables)
+    renumbered[used] = torch.arange(ids.shape[0], device=tables.device)
+    return k_cache[ids].float(), v_cache[ids].float(), renumbered
 
 
 def paged_decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,

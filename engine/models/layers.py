@@ -55,7 +55,7 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling | None) -> t
 
 
 class RotaryEmbedding(nn.Module):
-    """Precomputed cos/sin tables for positions [0, max_positions), indexed per token."""
+    """Precomputed cos/sin tables for positions [0, max_positions); `forward` picks a step's."""
 
     def __init__(self, head_dim: int, max_positions: int, theta: float,
                  scaling: RopeScaling | None) -> None:
@@ -63,20 +63,26 @@ class RotaryEmbedding(nn.Module):
         inv_freq = rope_inv_freq(head_dim, theta, scaling)
         freqs = torch.arange(max_positions, dtype=torch.float32)[:, None] * inv_freq[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
+        sign = torch.ones(head_dim)
+        sign[: head_dim // 2] = -1
         self.register_buffer("cos", emb.cos(), persistent=False)
-        self.register_buffer("sin", emb.sin(), persistent=False)
+        self.register_buffer("sin_signed", emb.sin() * sign, persistent=False)
 
-    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
+    def forward(self, positions: torch.Tensor, dtype: torch.dtype
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rotate q `[T, Hq, D]` and k `[T, Hkv, D]` by their token positions `[T]`."""
-        cos = self.cos[positions].unsqueeze(1).to(q.dtype)
-        sin = self.sin[positions].unsqueeze(1).to(q.dtype)
-        return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+        """Tables of the tokens at `positions` `[T]` for `apply_rope`: cos and sin with its
+        first half negated, each `[T, 1, D]` in `dtype`. Gather them once per step."""
+        return (self.cos[positions].unsqueeze(1).to(dtype),
+                self.sin_signed[positions].unsqueeze(1).to(dtype))
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+def apply_rope(x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """Rotate `x` `[T, H, D]` by `RotaryEmbedding.forward`'s tables: Hugging Face's
+    `x * cos + rotate_half(x) * sin` bit for bit, as `rotate_half(x) * sin` is exactly `x`
+    with its halves swapped times the signed sin (negation commutes with rounding)."""
+    cos, sin_signed = rope
+    swapped = x.roll(x.shape[-1] // 2, -1)
+    return (x * cos).add_(swapped.mul_(sin_signed))
 
 
 class SwiGLU(nn.Module):
@@ -87,4 +93,4 @@ class SwiGLU(nn.Module):
         self.down_proj = nn.Linear(intermediate, hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(F.silu(self.gate_proj(x), inplace=True).mul_(self.up_proj(x)))

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from engine.models.attention import AttentionMetadata, paged_attention
-from engine.models.layers import RMSNorm, RopeScaling, RotaryEmbedding, SwiGLU
+from engine.models.layers import RMSNorm, RopeScaling, RotaryEmbedding, SwiGLU, apply_rope
 
 
 @dataclass(frozen=True)
@@ -70,13 +70,13 @@ class LlamaAttention(nn.Module):
         self.o_proj = nn.Linear(args.num_heads * args.head_dim, args.hidden_size, bias=False)
         self.scale = args.head_dim ** -0.5
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding,
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
                 kv: tuple[torch.Tensor, torch.Tensor], meta: AttentionMetadata) -> torch.Tensor:
+        """`rope`: the step's `RotaryEmbedding` tables, shared by all layers."""
         t = x.shape[0]
-        q = self.q_proj(x).view(t, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
+        q = apply_rope(self.q_proj(x).view(t, self.num_heads, self.head_dim), rope)
+        k = apply_rope(self.k_proj(x).view(t, self.num_kv_heads, self.head_dim), rope)
         v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
-        q, k = rope(positions, q, k)
         out = paged_attention(q, k, v, kv[0], kv[1], meta, self.scale)
         return self.o_proj(out.reshape(t, -1))
 
@@ -89,8 +89,8 @@ class LlamaDecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.mlp = SwiGLU(args.hidden_size, args.intermediate_size)
 
-    def forward(self, x, positions, rope, kv, meta) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), positions, rope, kv, meta)
+    def forward(self, x, rope, kv, meta) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), rope, kv, meta)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -120,8 +120,9 @@ class LlamaForCausalLM(nn.Module):
                 kv_layers: list[tuple[torch.Tensor, torch.Tensor]],
                 meta: AttentionMetadata) -> torch.Tensor:
         x = self.model.embed_tokens(input_ids)
+        rope = self.model.rotary(positions, x.dtype)
         for layer, kv in zip(self.model.layers, kv_layers):
-            x = layer(x, positions, self.model.rotary, kv, meta)
+            x = layer(x, rope, kv, meta)
         return self.model.norm(x)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -43,6 +43,40 @@ def test_triton_and_reference_match_naive(dtype, group, block_size, device, make
     assert_close(tri, ref)
 
 
+@pytest.mark.parametrize("block_size", [12, 16])
+def test_reference_with_full_last_blocks_and_any_block_size(block_size, device, make_paged_kv,
+                                                           naive_attention, assert_close):
+    contexts = [block_size, 2 * block_size, 3, 0, 2 * block_size + 1]
+    kv = make_paged_kv(contexts, block_size=block_size, num_kv_heads=NUM_KV_HEADS,
+                       head_dim=HEAD_DIM, dtype=torch.float32)
+    q = _query(len(contexts), NUM_KV_HEADS * 3, torch.float32, device)
+    scale = HEAD_DIM ** -0.5
+    out = paged_decode_attention_ref(q, kv.k_cache, kv.v_cache, kv.block_tables,
+                                     kv.context_lens, scale)
+    for i, n in enumerate(contexts):
+        if n:
+            assert_close(out[i], naive_attention(q[i:i + 1], kv.dense_k[i], kv.dense_v[i],
+                                                 scale)[0].float())
+    assert not out[3].any()
+
+
+def test_reference_copes_with_k_and_v_laid_out_differently(device, make_paged_kv,
+                                                          naive_attention, assert_close):
+    # K stays a strided view of the block-major cache, V becomes contiguous: the reference
+    # can no longer index both through one slot numbering and compacts them first.
+    kv = make_paged_kv(CONTEXTS, block_size=16, num_kv_heads=NUM_KV_HEADS, head_dim=HEAD_DIM,
+                       dtype=torch.float32)
+    q = _query(len(CONTEXTS), NUM_KV_HEADS * 2, torch.float32, device)
+    scale = HEAD_DIM ** -0.5
+    out = paged_decode_attention_ref(q, kv.k_cache, kv.v_cache.contiguous(), kv.block_tables,
+                                     kv.context_lens, scale)
+    for i, n in enumerate(CONTEXTS):
+        if n:
+            assert_close(out[i], naive_attention(q[i:i + 1], kv.dense_k[i], kv.dense_v[i],
+                                                 scale)[0].float())
+    assert not out[2].any()
+
+
 def test_all_rows_padding_give_zeros(device, make_paged_kv):
     kv = make_paged_kv([0, 0], block_size=16, num_kv_heads=1, head_dim=HEAD_DIM,
                        dtype=torch.float32)
