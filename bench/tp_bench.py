@@ -129,8 +129,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         two = run_in_subprocess("bench.tp_bench:run_probes",
                                 dict(model_dir=model_dir, tp=2, threads=2))
         check = cost_model_check(model_dir, one["fit"], two["samples"])
-    measured = {tp: statistics.fmean(s[2] for s in r["samples"]) for tp, r in ((1, one),
-                                                                             (2, two))}
+    measured = {tp: statistics.fmean(s[2] for s in r["samples"])
+                for tp, r in ((1, one), (2, two))}
     out = {"tokens_per_s": speed, "tp2_over_tp1": speed[2] / speed[1], "runs": runs,
            "fit_tp1_one_thread": one["fit"], "mean_step_seconds": measured,
            "cost_model_tp2": check}

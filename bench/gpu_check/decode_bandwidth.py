@@ -59,7 +59,7 @@ def measure(batch: int, context: int, device: torch.device, iters: int) -> dict:
     bound = TOLERANCE * max(1.0, ref.abs().max().item())
     kv_bytes = 2 * batch * context * KV_HEADS * HEAD_DIM * DTYPE.itemsize
     kernel_s = median_seconds(lambda: paged_decode_attention(*inputs, scale), device, iters)
-    del inputs
+    inputs = None   # free the cache before the copy buffers
     src = torch.empty(kv_bytes // DTYPE.itemsize, dtype=DTYPE, device=device)
     dst = torch.empty_like(src)
     copy_s = median_seconds(lambda: dst.copy_(src), device, iters)

@@ -4,8 +4,9 @@ It starts ranks 1..N-1 (`WorkerPool`), joins them in one communicator, and holds
 `ModelRunner` shard. Each step it flattens the plan once (`StepInputs`), sends it to every
 worker, and runs it on rank 0; the ranks meet in the layers' collectives, and rank 0 samples
 from the gathered logits. Every rank builds the same KV cache spec (its share of the KV heads,
-the same number of blocks: `engine.kv_spec`), so the scheduler's block ids (and its swap copies) mean the same on every rank. Any error in a step
-stops the workers and is raised again: the engine cannot go on with ranks out of step.
+the same number of blocks: `engine.kv_spec`), so the scheduler's block ids (and its swap
+copies) mean the same on every rank. Any error in a step stops the workers and is raised
+again: the engine cannot go on with ranks out of step.
 On CPU each rank gets torch's thread count divided by N (rank 0's own count is set too).
 """
 

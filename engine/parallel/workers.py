@@ -6,8 +6,9 @@ loaded its shard, failing fast with the worker's error when one dies or reports 
 gives every worker the step rank 0 is about to run. `close` asks them to stop and kills any
 that do not within `STOP_SECONDS`; it also runs when the pool is garbage collected or the
 interpreter exits. `kill` stops them at once (after a failed step they may be stuck in a
-collective). A closed pool refuses `send` (WorkerError). A worker also dies with its parent (a crash or SIGKILL of rank 0): it has
-PR_SET_PDEATHSIG, watches its parent pid, and exits at the end of its stdin.
+collective). A closed pool refuses `send` (WorkerError). A worker also dies with its parent
+(a crash or SIGKILL of rank 0): it has PR_SET_PDEATHSIG, watches its parent pid, and exits at
+the end of its stdin.
 """
 
 from __future__ import annotations

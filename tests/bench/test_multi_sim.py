@@ -8,7 +8,7 @@ from bench import cli
 from bench.cost_model import CostModel
 from bench.multi_sim import prompt_block_hashes, replica_options, simulate_replicas
 from bench.simulate import PromptMaker, simulate
-from bench.trace import Trace, TraceCall, TraceProgram
+from bench.trace import Trace
 from bench.workloads import lats, mixed
 from engine.llm_engine import LLMEngine
 from kvcache.prefix_hash import hash_block

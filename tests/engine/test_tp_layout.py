@@ -27,24 +27,24 @@ def test_two_ranks_two_kv_heads():
 
 def test_four_kv_heads_split_two_each():
     layouts = [ShardLayout(args(kv=4), r, 2) for r in range(2)]
-    assert [(l.first_kv_head, l.num_kv_heads, l.kv_heads()) for l in layouts] == [
+    assert [(x.first_kv_head, x.num_kv_heads, x.kv_heads()) for x in layouts] == [
         (0, 2, slice(0, 32)), (2, 2, slice(32, 64))]
 
 
 def test_fewer_kv_heads_than_ranks_are_replicated():
     # 4 query heads, 1 KV head, 2 ranks: both ranks hold a copy of KV head 0.
     layouts = [ShardLayout(args(kv=1), r, 2) for r in range(2)]
-    assert [(l.num_heads, l.num_kv_heads, l.kv_heads()) for l in layouts] == [
+    assert [(x.num_heads, x.num_kv_heads, x.kv_heads()) for x in layouts] == [
         (2, 1, slice(0, 16)), (2, 1, slice(0, 16))]
     # 8 query heads, 2 KV heads, 4 ranks: ranks 0-1 read KV head 0, ranks 2-3 KV head 1.
     layouts = [ShardLayout(args(heads=8, kv=2), r, 4) for r in range(4)]
-    assert [l.first_kv_head for l in layouts] == [0, 0, 1, 1]
-    assert [l.kv_heads() for l in layouts] == [slice(0, 16)] * 2 + [slice(16, 32)] * 2
+    assert [x.first_kv_head for x in layouts] == [0, 0, 1, 1]
+    assert [x.kv_heads() for x in layouts] == [slice(0, 16)] * 2 + [slice(16, 32)] * 2
 
 
 def test_uneven_vocab_pads_the_last_rank():
     layouts = [ShardLayout(args(vocab=385), r, 2) for r in range(2)]
-    assert [l.vocab() for l in layouts] == [slice(0, 193), slice(193, 385)]
+    assert [x.vocab() for x in layouts] == [slice(0, 193), slice(193, 385)]
     assert layouts[1].vocab_per_rank == 193   # the last rank's 192 rows are padded to 193
 
 
