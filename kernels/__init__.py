@@ -8,7 +8,8 @@ Contracts (details in each module's docstring):
 - `store_kvcache(key, value, k_cache, v_cache, slot_mapping) -> None`: writes key/value
   [tokens, kv_heads, head_dim] into the paged caches [blocks, block_size, kv_heads, head_dim] at
   int64 slots (block_id * block_size + offset); slot < 0 = padding, skipped.
-- `paged_decode_attention(query, k_cache, v_cache, block_tables, context_lens, scale) -> out`:
+- `paged_decode_attention(query, k_cache, v_cache, block_tables, context_lens, scale,
+  step_cache=None) -> out`:
   query [batch, q_heads, head_dim] (each sequence's last token), int32 block_tables
   [batch, max_blocks] and context_lens [batch] (0 = padding row, zero output); out like query.
 - `paged_prefill_attention(query, k_cache, v_cache, block_tables, query_start_loc, context_lens,
@@ -58,13 +59,14 @@ def store_kvcache(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
 
 def paged_decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            block_tables: torch.Tensor, context_lens: torch.Tensor,
-                           scale: float) -> torch.Tensor:
+                           scale: float, step_cache: dict | None = None) -> torch.Tensor:
     """Attention of each sequence's last token over its paged context; returns [batch, q_heads,
-    head_dim] in query's dtype (zeros for context_len 0)."""
+    head_dim] in query's dtype (zeros for context_len 0). `step_cache`: a dict shared by one
+    step's layers, where the reference keeps what does not change between them."""
     args = (query, k_cache, v_cache, block_tables, context_lens)
     if _on_cuda(*args):
         return decode_attention.paged_decode_attention(*args, scale)
-    return decode_attention.paged_decode_attention_ref(*args, scale)
+    return decode_attention.paged_decode_attention_ref(*args, scale, step_cache)
 
 
 def paged_prefill_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,

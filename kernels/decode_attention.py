@@ -16,6 +16,7 @@ Returns a new tensor shaped and typed like `query`.
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -39,9 +40,49 @@ def _check(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     return group
 
 
+@dataclass(frozen=True)
+class DecodeIndex:
+    """What the reference needs besides the tensors' values, the same in every layer of a step
+    (it depends on the block tables, the context lengths, the heads and the caches' layout
+    only): `n` blocks in all over `num_segs` (row, query head) segments; `cols`, the flat cache
+    rows of every segment's slots; `crow`, the CSR row offsets; `seg_blocks`, blocks per
+    segment; `repeat`, each block's segment; `last` and `past`, each non-empty segment's last
+    block and its slots past the context (masked)."""
+
+    n: int
+    num_segs: int
+    cols: torch.Tensor
+    crow: torch.Tensor
+    seg_blocks: torch.Tensor
+    repeat: torch.Tensor
+    last: torch.Tensor
+    past: torch.Tensor
+
+
+def decode_index(k_cache: torch.Tensor, tables: torch.Tensor, lens: torch.Tensor,
+                 num_q_heads: int, group: int) -> DecodeIndex:
+    """The `DecodeIndex` of long `tables` and `lens` over caches laid out like `k_cache`."""
+    block_size = k_cache.shape[1]
+    row_blocks = (lens + block_size - 1) // block_size
+    num_segs, n = lens.shape[0] * num_q_heads, int(row_blocks.sum()) * num_q_heads
+    rows = _flat_rows(k_cache).shape[0]
+    index_dtype = torch.int32 if max(rows, n * block_size) < 2**31 else torch.long
+    cols = _slot_rows(k_cache, tables, row_blocks, num_q_heads, group).to(index_dtype)
+    seg_blocks = row_blocks.repeat_interleave(num_q_heads)
+    crow = torch.zeros(num_segs + 1, device=lens.device, dtype=index_dtype)
+    torch.cumsum(seg_blocks * block_size, 0, dtype=index_dtype, out=crow[1:])
+    nonempty = seg_blocks > 0
+    last = (torch.cumsum(seg_blocks, 0) - 1)[nonempty]
+    filled = (lens.repeat_interleave(num_q_heads) - (seg_blocks - 1) * block_size)[nonempty]
+    past = torch.arange(block_size, device=lens.device) >= filled[:, None]
+    repeat = torch.repeat_interleave(torch.arange(num_segs, device=lens.device), seg_blocks,
+                                     output_size=n)
+    return DecodeIndex(n, num_segs, cols, crow, seg_blocks, repeat, last, past)
+
+
 def paged_decode_attention_ref(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                                block_tables: torch.Tensor, context_lens: torch.Tensor,
-                               scale: float) -> torch.Tensor:
+                               scale: float, step_cache: dict | None = None) -> torch.Tensor:
     """Torch reference of `paged_decode_attention` (the CPU hot path), reading K/V in place.
 
     Every (row, query head) is one CSR row over the slots of its row's blocks, as rows of a
@@ -51,33 +92,38 @@ def paged_decode_attention_ref(query: torch.Tensor, k_cache: torch.Tensor, v_cac
     masked, so they must hold finite values (the engine's cache starts zeroed and only finite
     K/V are written). Caches other than float32 with head_dim-aligned strides shared by K and V
     are first copied, the rows' blocks only, into compact float32 caches.
+
+    `step_cache`: a dict that lives for one step, shared by its layers (the same block tables
+    and lengths); the `DecodeIndex` is built in the first layer and reused by the others whose
+    caches have the same layout (the layers' views of one KV tensor do).
     """
     group = _check(query, k_cache, v_cache, block_tables, context_lens)
     batch, num_q_heads, head_dim = query.shape
     block_size = k_cache.shape[1]
     lens = context_lens.to(device=query.device, dtype=torch.long)
-    row_blocks = (lens + block_size - 1) // block_size
-    num_segs, n = batch * num_q_heads, int(row_blocks.sum()) * num_q_heads
-    if n == 0:
+    if not bool((lens > 0).any()):
         return torch.zeros_like(query)
     tables = block_tables.to(device=query.device, dtype=torch.long)
-    if not _readable_in_place(k_cache, v_cache):
+    if _readable_in_place(k_cache, v_cache):
+        key = ("decode_index", k_cache.shape, k_cache.stride(), num_q_heads)
+        index = step_cache.get(key) if step_cache is not None else None
+        if index is None:
+            index = decode_index(k_cache, tables, lens, num_q_heads, group)
+            if step_cache is not None:
+                step_cache[key] = index
+    else:
+        row_blocks = (lens + block_size - 1) // block_size
         k_cache, v_cache, tables = _compact(k_cache, v_cache, tables, row_blocks)
+        index = decode_index(k_cache, tables, lens, num_q_heads, group)
     keys, values = _flat_rows(k_cache), _flat_rows(v_cache)
-    index_dtype = torch.int32 if max(keys.shape[0], n * block_size) < 2**31 else torch.long
-    cols = _slot_rows(k_cache, tables, row_blocks, num_q_heads, group).to(index_dtype)
-    seg_blocks = row_blocks.repeat_interleave(num_q_heads)
-    crow = torch.zeros(num_segs + 1, device=query.device, dtype=index_dtype)
-    torch.cumsum(seg_blocks * block_size, 0, dtype=index_dtype, out=crow[1:])
-    scores = torch.zeros(n * block_size, device=query.device, dtype=torch.float32)
-    pattern = torch.sparse_csr_tensor(crow, cols, scores, (num_segs, keys.shape[0]),
-                                      check_invariants=False)
-    torch.sparse.sampled_addmm(pattern, query.reshape(num_segs, head_dim).float(), keys.t(),
-                               beta=0.0, alpha=scale, out=pattern)  # fills `scores`
-    total = _segment_softmax_(scores.view(n, block_size), seg_blocks,
-                              lens.repeat_interleave(num_q_heads))
-    out = F.embedding_bag(cols, values, crow, mode="sum", per_sample_weights=scores,
-                          include_last_offset=True)
+    scores = torch.zeros(index.n * block_size, device=query.device, dtype=torch.float32)
+    pattern = torch.sparse_csr_tensor(index.crow, index.cols, scores,
+                                      (index.num_segs, keys.shape[0]), check_invariants=False)
+    torch.sparse.sampled_addmm(pattern, query.reshape(index.num_segs, head_dim).float(),
+                               keys.t(), beta=0.0, alpha=scale, out=pattern)  # fills `scores`
+    total = _segment_softmax_(scores.view(index.n, block_size), index)
+    out = F.embedding_bag(index.cols, values, index.crow, mode="sum",
+                          per_sample_weights=scores, include_last_offset=True)
     # An empty segment (context 0) sums to 0 over no slots: 0 / 1. Others have total >= 1.
     return out.div_(total.clamp_(min=1)[:, None]).view_as(query).to(query.dtype)
 
@@ -96,20 +142,13 @@ def _slot_rows(cache: torch.Tensor, tables: torch.Tensor, row_blocks: torch.Tens
     return (firsts[:, None] + slots).view(-1)
 
 
-def _segment_softmax_(scores: torch.Tensor, seg_blocks: torch.Tensor,
-                      seg_lens: torch.Tensor) -> torch.Tensor:
+def _segment_softmax_(scores: torch.Tensor, index: DecodeIndex) -> torch.Tensor:
     """Unnormalized softmax in place over each segment of `scores` `[blocks, block_size]`
-    (segment i: `seg_blocks[i]` consecutive blocks holding `seg_lens[i]` valid slots, the rest
-    of its last block masked); returns each segment's sum (0 for an empty one)."""
-    n, block_size = scores.shape
-    nonempty = seg_blocks > 0
-    last = (torch.cumsum(seg_blocks, 0) - 1)[nonempty]
-    filled = (seg_lens - (seg_blocks - 1) * block_size)[nonempty]
-    past = torch.arange(block_size, device=scores.device) >= filled[:, None]
-    scores[last] = scores[last].masked_fill(past, float("-inf"))
-    peak = torch.segment_reduce(scores.amax(-1), "max", lengths=seg_blocks)
-    scores.sub_(peak.repeat_interleave(seg_blocks, output_size=n)[:, None]).exp_()
-    return torch.segment_reduce(scores.sum(-1), "sum", lengths=seg_blocks)
+    (the slots past each context masked); returns each segment's sum (0 for an empty one)."""
+    scores[index.last] = scores[index.last].masked_fill(index.past, float("-inf"))
+    peak = torch.segment_reduce(scores.amax(-1), "max", lengths=index.seg_blocks)
+    scores.sub_(peak[index.repeat][:, None]).exp_()
+    return torch.segment_reduce(scores.sum(-1), "sum", lengths=index.seg_blocks)
 
 
 def _readable_in_place(k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:

@@ -7,7 +7,7 @@ the last `q_len` tokens of its call's context) through the chunked-prefill kerne
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -20,7 +20,8 @@ class AttentionMetadata:
 
     Tokens `[0, num_decode_tokens)` are decodes (one per call), the rest prefill chunks.
     `slot_mapping[t]` is where token t's K/V go (-1 for none). Context lengths count the
-    step's own tokens, which are stored before attention runs.
+    step's own tokens, which are stored before attention runs. `step_cache` starts empty
+    and lives for the step: kernels keep there what all layers share (`kernels`).
     """
 
     slot_mapping: torch.Tensor
@@ -30,6 +31,7 @@ class AttentionMetadata:
     prefill_block_tables: torch.Tensor
     prefill_query_start_loc: torch.Tensor
     prefill_context_lens: torch.Tensor
+    step_cache: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -40,14 +42,16 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     nd = meta.num_decode_tokens
     if nd == q.shape[0]:
         return kernels.paged_decode_attention(
-            q, k_cache, v_cache, meta.decode_block_tables, meta.decode_context_lens, scale)
+            q, k_cache, v_cache, meta.decode_block_tables, meta.decode_context_lens, scale,
+            meta.step_cache)
     if nd == 0:
         return kernels.paged_prefill_attention(
             q, k_cache, v_cache, meta.prefill_block_tables, meta.prefill_query_start_loc,
             meta.prefill_context_lens, scale)
     out = torch.empty_like(q)
     out[:nd] = kernels.paged_decode_attention(
-        q[:nd], k_cache, v_cache, meta.decode_block_tables, meta.decode_context_lens, scale)
+        q[:nd], k_cache, v_cache, meta.decode_block_tables, meta.decode_context_lens, scale,
+        meta.step_cache)
     out[nd:] = kernels.paged_prefill_attention(
         q[nd:], k_cache, v_cache, meta.prefill_block_tables, meta.prefill_query_start_loc,
         meta.prefill_context_lens, scale)

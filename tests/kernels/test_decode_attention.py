@@ -101,3 +101,23 @@ def test_triton_rejects_block_size_not_power_of_two(device, make_paged_kv):
     q = _query(1, 1, torch.float32, device)
     with pytest.raises(ValueError, match="power of two"):
         paged_decode_attention(q, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, 1.0)
+
+
+def test_a_step_cache_reuses_the_index_across_layers_of_one_layout(make_paged_kv):
+    from kernels.decode_attention import DecodeIndex
+
+    kv = make_paged_kv([1, 5, 0, 17, 40], block_size=16, num_kv_heads=2, head_dim=16,
+                       dtype=torch.float32)
+    q = _query(5, 4, torch.float32, kv.k_cache.device)
+    args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, 0.25)
+    cache: dict = {}
+    first = paged_decode_attention_ref(*args, step_cache=cache)
+    [index] = cache.values()
+    assert isinstance(index, DecodeIndex) and index.num_segs == 5 * 4
+    assert index.n == (1 + 1 + 0 + 2 + 3) * 4   # blocks per row, times the query heads
+    # A second layer (other values, same layout) reuses it and matches a fresh computation.
+    q2 = q.flip(0).contiguous()
+    again = paged_decode_attention_ref(q2, *args[1:], step_cache=cache)
+    assert list(cache.values()) == [index]
+    assert torch.equal(again, paged_decode_attention_ref(q2, *args[1:]))
+    assert torch.equal(first, paged_decode_attention_ref(*args))
