@@ -23,7 +23,7 @@ import json
 import statistics
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any, Sequence
 
 from bench.measure import run_in_subprocess
@@ -83,7 +83,7 @@ def run_probes(model_dir: str, tp: int, threads: int) -> dict[str, Any]:
     out: dict[str, Any] = {"samples": [[list(map(list, s.chunks)), s.new_round, s.seconds]
                                        for s in samples]}
     if tp == 1:
-        out["fit"] = fit_step_times(samples, model_preset_for(model_dir)).__dict__
+        out["fit"] = asdict(fit_step_times(samples, model_preset_for(model_dir)))
     return out
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from engine.parallel.layout import check_tensor_parallel_size
 from scheduler.config import SchedulerConfig
 from scheduler.policies import PolicySpec, policy_name
 
@@ -71,10 +72,7 @@ class EngineConfig:
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         _check_device(self.device)
-        if isinstance(self.tensor_parallel_size, bool) or not isinstance(
-                self.tensor_parallel_size, int) or self.tensor_parallel_size < 1:
-            raise ValueError(f"tensor_parallel_size must be an int >= 1, got "
-                             f"{self.tensor_parallel_size!r}")
+        check_tensor_parallel_size(self.tensor_parallel_size)
         policy_name(self.policy)
         if not isinstance(self.scheduler, SchedulerConfig):
             raise ValueError(f"scheduler must be a SchedulerConfig, got "

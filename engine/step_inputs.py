@@ -70,24 +70,25 @@ class StepInputs:
         directly, or through `staging` in one transfer (what a CUDA runner does)."""
         decode_width = max(map(len, self.decode_tables), default=0)
         prefill_width = max(map(len, self.prefill_tables), default=0)
-        parts = [self.token_ids, self.positions, self.slots, self.sample_rows,
-                 _padded(self.decode_tables, decode_width), self.decode_lens,
-                 _padded(self.prefill_tables, prefill_width), self.prefill_starts,
-                 self.prefill_lens]
+        long, int32 = torch.long, torch.int32
+        parts = [(self.token_ids, long), (self.positions, long), (self.slots, long),
+                 (self.sample_rows, long), (_padded(self.decode_tables, decode_width), int32),
+                 (self.decode_lens, int32), (_padded(self.prefill_tables, prefill_width), int32),
+                 (self.prefill_starts, int32), (self.prefill_lens, int32)]
         if staging is None:
-            ids, pos, slots, rows, dt, dl, pt, ps, pl = (
-                torch.tensor(p, dtype=torch.long, device=device) for p in parts)
+            made = [torch.tensor(values, dtype=dtype, device=device) for values, dtype in parts]
         else:
-            ids, pos, slots, rows, dt, dl, pt, ps, pl = staging.upload(parts)
+            made = [t.to(dtype) for t, (_, dtype) in
+                    zip(staging.upload([values for values, _ in parts]), parts)]
+        ids, pos, slots, rows, dt, dl, pt, ps, pl = made
         meta = AttentionMetadata(
             slot_mapping=slots,
             num_decode_tokens=self.num_decode,
-            decode_block_tables=dt.to(torch.int32).view(len(self.decode_tables), decode_width),
-            decode_context_lens=dl.to(torch.int32),
-            prefill_block_tables=pt.to(torch.int32).view(len(self.prefill_tables),
-                                                         prefill_width),
-            prefill_query_start_loc=ps.to(torch.int32),
-            prefill_context_lens=pl.to(torch.int32),
+            decode_block_tables=dt.view(len(self.decode_tables), decode_width),
+            decode_context_lens=dl,
+            prefill_block_tables=pt.view(len(self.prefill_tables), prefill_width),
+            prefill_query_start_loc=ps,
+            prefill_context_lens=pl,
         )
         return ids, pos, meta, rows
 

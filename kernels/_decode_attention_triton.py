@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._prefill_attention_triton import _native_dot
+from kernels._paged_tiles_triton import load_kv_tile, native_dot, pv_dot, qk_dot
 
 _LOG2E = 1.4426950408889634
 BLOCKS_PER_SPLIT = 32  # cache blocks per split-K program once a context exceeds one split
@@ -86,28 +86,15 @@ def _paged_decode_kernel(
     for start in range(key_start, key_end, BLOCK_N):
         k_pos = start + offs_n
         n_mask = k_pos < key_end  # every tile holds >= 1 key, so m_new below is finite
-        block = tl.load(block_tables_ptr + seq * stride_btb + (k_pos // BLOCK_SIZE) * stride_btn,
-                        mask=n_mask, other=0).to(tl.int64)
-        in_block = (k_pos % BLOCK_SIZE).to(tl.int64)
-        kv_mask = n_mask[:, None] & d_mask[None, :]
-        k = tl.load(k_ptr + block[:, None] * stride_kb + in_block[:, None] * stride_kt
-                    + kv_head * stride_kh + offs_d[None, :] * stride_kd, mask=kv_mask, other=0.0)
-        v = tl.load(v_ptr + block[:, None] * stride_vb + in_block[:, None] * stride_vt
-                    + kv_head * stride_vh + offs_d[None, :] * stride_vd, mask=kv_mask, other=0.0)
-        if NATIVE_DOT:
-            s = tl.dot(q, tl.trans(k))
-        else:
-            s = tl.dot(q, tl.trans(k.to(tl.float32)), input_precision="ieee")
-        s = tl.where(n_mask[None, :], s * qk_scale, float("-inf"))
+        k, v = load_kv_tile(k_ptr, v_ptr, block_tables_ptr, seq, kv_head, k_pos, n_mask, offs_d,
+                            d_mask, stride_btb, stride_btn, stride_kb, stride_kt, stride_kh,
+                            stride_kd, stride_vb, stride_vt, stride_vh, stride_vd, BLOCK_SIZE)
+        s = tl.where(n_mask[None, :], qk_dot(q, k, NATIVE_DOT) * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         p = tl.exp2(s - m_new[:, None])
         alpha = tl.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        if NATIVE_DOT:
-            pv = tl.dot(p.to(v.dtype), v)
-        else:
-            pv = tl.dot(p, v.to(tl.float32), input_precision="ieee")
-        acc = acc * alpha[:, None] + pv
+        acc = acc * alpha[:, None] + pv_dot(p, v, NATIVE_DOT)
         m_i = m_new
 
     if SPLIT:
@@ -184,7 +171,7 @@ def launch_paged_decode(query: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
         *out.stride(),
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
         HEAD_DIM_PAD=head_dim_pad, BLOCK_SIZE=block_size, BLOCK_N=block_n,
-        NATIVE_DOT=_native_dot(query, k_cache), SPLIT=splits > 1,
+        NATIVE_DOT=native_dot(query, k_cache), SPLIT=splits > 1,
     )
     if splits > 1:
         _combine_splits_kernel[(batch, num_q_heads)](

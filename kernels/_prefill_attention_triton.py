@@ -3,11 +3,11 @@ needs triton)."""
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
+
+from kernels._paged_tiles_triton import load_kv_tile, native_dot, pv_dot, qk_dot
 
 _LOG2E = 1.4426950408889634
 _BLOCK_M = 32  # chunk queries per program
@@ -63,19 +63,10 @@ def _paged_prefill_kernel(
     for start in range(0, kv_end, BLOCK_N):
         k_pos = start + offs_n
         n_mask = k_pos < kv_end
-        block = tl.load(block_tables_ptr + seq * stride_btb + (k_pos // block_size) * stride_btn,
-                        mask=n_mask, other=0).to(tl.int64)
-        in_block = (k_pos % block_size).to(tl.int64)
-        kv_mask = n_mask[:, None] & d_mask[None, :]
-        k = tl.load(k_ptr + block[:, None] * stride_kb + in_block[:, None] * stride_kt
-                    + kv_head * stride_kh + offs_d[None, :] * stride_kd, mask=kv_mask, other=0.0)
-        v = tl.load(v_ptr + block[:, None] * stride_vb + in_block[:, None] * stride_vt
-                    + kv_head * stride_vh + offs_d[None, :] * stride_vd, mask=kv_mask, other=0.0)
-        if NATIVE_DOT:
-            s = tl.dot(q_dot, tl.trans(k))
-        else:
-            s = tl.dot(q_dot, tl.trans(k.to(tl.float32)), input_precision="ieee")
-        s = s * qk_scale
+        k, v = load_kv_tile(k_ptr, v_ptr, block_tables_ptr, seq, kv_head, k_pos, n_mask, offs_d,
+                            d_mask, stride_btb, stride_btn, stride_kb, stride_kt, stride_kh,
+                            stride_kd, stride_vb, stride_vt, stride_vh, stride_vd, block_size)
+        s = qk_dot(q_dot, k, NATIVE_DOT) * qk_scale
         causal = (k_pos[None, :] <= q_pos[:, None]) & n_mask[None, :]
         s = tl.where(causal, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
@@ -83,28 +74,13 @@ def _paged_prefill_kernel(
         p = tl.exp2(s - m_safe[:, None])
         alpha = tl.exp2(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        if NATIVE_DOT:
-            pv = tl.dot(p.to(v.dtype), v)
-        else:
-            pv = tl.dot(p, v.to(tl.float32), input_precision="ieee")
-        acc = acc * alpha[:, None] + pv
+        acc = acc * alpha[:, None] + pv_dot(p, v, NATIVE_DOT)
         m_i = m_new
 
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
     tl.store(out_ptr + q_rows[:, None] * stride_ot + head * stride_oh
              + offs_d[None, :] * stride_od,
              out.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & d_mask[None, :])
-
-
-def _native_dot(query: torch.Tensor, k_cache: torch.Tensor) -> bool:
-    """Whether tl.dot takes the 16-bit inputs as they are (fp32 accumulation, tensor cores).
-
-    Only for fp16/bf16 caches on a real GPU: the interpreter computes 16-bit dots wrongly, and
-    fp32 inputs must avoid TF32, so both use fp32 IEEE dots instead.
-    """
-    interpreted = os.environ.get("TRITON_INTERPRET", "").lower() in ("1", "true", "on", "yes")
-    return (query.dtype in (torch.float16, torch.bfloat16) and k_cache.dtype == query.dtype
-            and query.is_cuda and not interpreted)
 
 
 def launch_paged_prefill(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -125,5 +101,5 @@ def launch_paged_prefill(query: torch.Tensor, k_cache: torch.Tensor, v_cache: to
         *out.stride(),
         k_cache.shape[1],
         GROUP=group, HEAD_DIM=head_dim, HEAD_DIM_PAD=max(16, triton.next_power_of_2(head_dim)),
-        BLOCK_M=_BLOCK_M, BLOCK_N=_BLOCK_N, NATIVE_DOT=_native_dot(query, k_cache),
+        BLOCK_M=_BLOCK_M, BLOCK_N=_BLOCK_N, NATIVE_DOT=native_dot(query, k_cache),
     )

@@ -330,11 +330,5 @@ def serve_forever(config: EngineConfig, options: ServeOptions,
     no thread survives `os._exit`). `on_ready` is called once the server is SERVING; the
     drain's start and end are reported on stderr."""
     with StopSignals() as signals:
-        running = start_server(config, options)
-        try:
-            if on_ready is not None:
-                on_ready(running)
-            signals.wait(options.grace)
-        finally:
-            running.stop()
+        signals.serve(start_server(config, options), on_ready, options.grace)
         print("agentix: stopped", file=sys.stderr, flush=True)

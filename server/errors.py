@@ -3,10 +3,15 @@ that maps every request error to a gRPC status code."""
 
 from __future__ import annotations
 
+import logging
+from typing import NoReturn
+
 import grpc
 
 from engine.errors import (DuplicateCallError, ProgramExistsError, ProgramLimitError,
                            UnknownProgramError)
+
+log = logging.getLogger(__name__)
 
 
 class ServerError(Exception):
@@ -63,3 +68,13 @@ def status_of(exc: BaseException) -> grpc.StatusCode | None:
 def message_of(exc: BaseException) -> str:
     """The client-facing message (UnknownProgramError's own str, not KeyError's repr)."""
     return str(exc) if str(exc) else type(exc).__name__
+
+
+async def abort_for(context: grpc.aio.ServicerContext, exc: Exception) -> NoReturn:
+    """End the RPC with `exc`'s status and message; an unexpected error is logged and becomes
+    INTERNAL."""
+    code = status_of(exc)
+    if code is None:
+        log.error("internal error", exc_info=exc)
+        await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {message_of(exc)}")
+    await context.abort(code, message_of(exc))

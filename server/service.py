@@ -15,7 +15,6 @@ frees its blocks.
 
 from __future__ import annotations
 
-import logging
 import math
 from typing import AsyncIterator, Callable, NoReturn, TypeVar
 
@@ -28,13 +27,12 @@ from server import calls, convert
 from server.auth import RouterTrust, TokenAuth
 from server.call_stream import StreamDelta
 from server.engine_loop import EngineLoop
-from server.errors import DrainingError, message_of, status_of
+from server.errors import DrainingError, abort_for
 from server.namespace import Namespace, caller_namespace, new_id
 from server.prompts import PromptTokenizer
 from server.wire import SHUTDOWN
 
 T = TypeVar("T")
-log = logging.getLogger(__name__)
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Agentix"].full_name
 
 
@@ -54,11 +52,7 @@ class AgentixServicer:
         return await caller_namespace(self.auth, context)
 
     async def _fail(self, context: grpc.aio.ServicerContext, exc: Exception) -> NoReturn:
-        code = status_of(exc)
-        if code is None:
-            log.error("internal error", exc_info=exc)
-            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {message_of(exc)}")
-        await context.abort(code, message_of(exc))
+        await abort_for(context, exc)
 
     async def _run(self, context: grpc.aio.ServicerContext, ns: Namespace,
                    fn: Callable[[LLMEngine], T]) -> T:

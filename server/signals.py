@@ -7,6 +7,14 @@ import os
 import signal
 import sys
 import time
+from typing import Callable, Protocol, TypeVar
+
+
+class Stoppable(Protocol):
+    def stop(self) -> None: ...
+
+
+S = TypeVar("S", bound=Stoppable)
 
 
 class StopSignals:
@@ -42,3 +50,13 @@ class StopSignals:
             time.sleep(0.1)
         print(f"agentix: draining (grace {grace:g} s); signal again to exit now",
               file=sys.stderr, flush=True)
+
+    def serve(self, running: S, on_ready: Callable[[S], None] | None, grace: float) -> None:
+        """Hand `running` to `on_ready`, wait for the first signal, then stop it (also when
+        `on_ready` raises)."""
+        try:
+            if on_ready is not None:
+                on_ready(running)
+            self.wait(grace)
+        finally:
+            running.stop()

@@ -14,8 +14,8 @@ import argparse
 
 import torch
 
-from bench.gpu_check.step import (Outcome, Step, add_device_argument, release_device_memory,
-                                  require)
+from bench.gpu_check.step import (Outcome, Step, add_device_argument, markdown_table,
+                                  release_device_memory, require)
 from bench.gpu_check.timing import median_seconds
 
 Q_HEADS, KV_HEADS, HEAD_DIM, BLOCK_SIZE = 32, 8, 128, 16
@@ -99,13 +99,14 @@ def run(args: argparse.Namespace) -> Outcome:
     if wrong:
         summary = (f"kernel differs from the reference (max abs error "
                    f"{wrong[0]['max_abs_error']:.3g}); {summary}")
-    lines = ["| batch x context | K+V MiB | max abs error | kernel ms | kernel GB/s | copy GB/s "
-             "| fraction of copy |", "| --- | --- | --- | --- | --- | --- | --- |"]
-    lines += [f"| {r['batch']}x{r['context']} | {r['kv_mib']:.0f} | {r['max_abs_error']:.2g} | "
-              f"{r['kernel_ms']:.3f} | {r['kernel_gbs']:.0f} | {r['copy_gbs']:.0f} | "
-              f"{100 * r['fraction']:.0f}% |" for r in rows]
+    table = markdown_table(
+        ("batch x context", "K+V MiB", "max abs error", "kernel ms", "kernel GB/s", "copy GB/s",
+         "fraction of copy"),
+        [(f"{r['batch']}x{r['context']}", f"{r['kv_mib']:.0f}", f"{r['max_abs_error']:.2g}",
+          f"{r['kernel_ms']:.3f}", f"{r['kernel_gbs']:.0f}", f"{r['copy_gbs']:.0f}",
+          f"{100 * r['fraction']:.0f}%") for r in rows])
     return Outcome("FAIL" if wrong else "ok", summary, {"device": str(device), "rows": rows},
-                   "\n".join(lines) + "\n")
+                   table)
 
 
 STEP = Step(__doc__, add_arguments, resolve, run)

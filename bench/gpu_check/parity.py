@@ -18,8 +18,8 @@ from pathlib import Path
 
 from bench.gpu_check import smollm2
 from bench.gpu_check.parity_cases import Case, hf_greedy, hf_margin, smollm2_case, tiny_cases
-from bench.gpu_check.step import (Outcome, Step, add_device_argument, release_device_memory,
-                                  require)
+from bench.gpu_check.step import (Outcome, Step, add_device_argument, markdown_table,
+                                  release_device_memory, require)
 
 DEFAULT_DTYPE = {"tiny": "float32", "smollm2": "bfloat16"}
 TIE_MARGIN = {"float32": 1e-3, "float16": 0.25, "bfloat16": 0.5}  # logits
@@ -168,12 +168,10 @@ def run_case(case: Case, args: argparse.Namespace, tie_margin: float) -> list[di
 
 
 def report(rows: list[dict]) -> str:
-    lines = ["| model | mode | status | exact prompts | tokens matching | first divergence "
-             "(prompt, token) | largest margin | cached / preemptions / swap-outs |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    cells = []
     for r in rows:
         if "prompts" not in r:
-            lines.append(f"| {r['case']} | {r['mode']} | {r['status']} | | | | | |")
+            cells.append((r["case"], r["mode"], r["status"], "", "", "", "", ""))
             continue
         divs = r["divergences"]
         where = f"{divs[0]['prompt']}, {divs[0]['token']}" if divs else ""
@@ -181,10 +179,12 @@ def report(rows: list[dict]) -> str:
         largest = ("" if not divs else "(length)" if None in margins
                    else f"{max(map(abs, margins)):.3g}")
         f = r["figures"]
-        lines.append(f"| {r['case']} | {r['mode']} | {r['status']} | {r['exact']}/{r['prompts']} "
-                     f"| {r['matched']}/{r['tokens']} | {where} | {largest} | "
-                     f"{f['cached tokens']} / {f['preemptions']} / {f['swap-outs']} |")
-    return "\n".join(lines) + "\n"
+        cells.append((r["case"], r["mode"], r["status"], f"{r['exact']}/{r['prompts']}",
+                      f"{r['matched']}/{r['tokens']}", where, largest,
+                      f"{f['cached tokens']} / {f['preemptions']} / {f['swap-outs']}"))
+    return markdown_table(("model", "mode", "status", "exact prompts", "tokens matching",
+                           "first divergence (prompt, token)", "largest margin",
+                           "cached / preemptions / swap-outs"), cells)
 
 
 STEP = Step(__doc__, add_arguments, resolve, run)

@@ -9,7 +9,7 @@ import argparse
 import torch
 
 from bench.gpu_check.step import (Outcome, Step, add_device_argument, int_list,
-                                  release_device_memory, require)
+                                  markdown_table, release_device_memory, require)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,14 +49,15 @@ def run(args: argparse.Namespace) -> Outcome:
                f"{big['bulk_gbs']:.1f} GB/s vs block-by-block {big['per_block_gbs']:.1f} GB/s "
                f"({big['ratio']:.2f}x); bulk faster in {sum(r['ratio'] > 1 for r in rows)}/"
                f"{len(rows)}; host memory {'pinned' if pinned else 'NOT pinned'}")
-    lines = ["| model | blocks | MiB | bulk ms | bulk GB/s | block-by-block ms "
-             "| block-by-block GB/s | ratio |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    lines += [f"| {r['model']} | {r['blocks']} | {r['mib']:.0f} | {r['bulk_ms']:.2f} | "
-              f"{r['bulk_gbs']:.1f} | {r['per_block_ms']:.2f} | {r['per_block_gbs']:.1f} | "
-              f"{r['ratio']:.2f}x |" for r in rows]
+    table = markdown_table(
+        ("model", "blocks", "MiB", "bulk ms", "bulk GB/s", "block-by-block ms",
+         "block-by-block GB/s", "ratio"),
+        [(r["model"], r["blocks"], f"{r['mib']:.0f}", f"{r['bulk_ms']:.2f}",
+          f"{r['bulk_gbs']:.1f}", f"{r['per_block_ms']:.2f}", f"{r['per_block_gbs']:.1f}",
+          f"{r['ratio']:.2f}x") for r in rows])
     status = "ok" if pinned or device.type != "cuda" else "FAIL"
     return Outcome(status, summary, {"device": str(device), "pinned": pinned, "rows": rows},
-                   "Swap-out (device to host) of scattered blocks.\n\n" + "\n".join(lines) + "\n")
+                   "Swap-out (device to host) of scattered blocks.\n\n" + table)
 
 
 STEP = Step(__doc__, add_arguments, resolve, run)

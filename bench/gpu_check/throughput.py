@@ -19,7 +19,8 @@ from typing import Any, Sequence
 import torch
 
 from bench.gpu_check import smollm2
-from bench.gpu_check.step import Outcome, Step, add_device_argument, int_list, require
+from bench.gpu_check.step import (Outcome, Step, add_device_argument, int_list,
+                                  markdown_table, require)
 
 
 def run_hf_on_device(model_dir: str, requests: Sequence, batch_size: int, dtype: str,
@@ -106,15 +107,15 @@ def run(args: argparse.Namespace) -> Outcome:
         print(rows[-1], flush=True)
     best_hf = max(r["tokens_per_s"] for _, r in rows[1:])
     agentix = rows[0][1]["tokens_per_s"]
-    lines = ["| engine | tokens | seconds | tokens/s | vs best transformers |",
-             "| --- | --- | --- | --- | --- |"]
-    lines += [f"| {name} | {r['tokens']} | {r['seconds']:.2f} | {r['tokens_per_s']:.0f} | "
-              f"{r['tokens_per_s'] / best_hf:.2f}x |" for name, r in rows]
+    table = markdown_table(
+        ("engine", "tokens", "seconds", "tokens/s", "vs best transformers"),
+        [(name, r["tokens"], f"{r['seconds']:.2f}", f"{r['tokens_per_s']:.0f}",
+          f"{r['tokens_per_s'] / best_hf:.2f}x") for name, r in rows])
     summary = (f"agentix {agentix:.0f} tokens/s vs best transformers {best_hf:.0f} "
                f"({agentix / best_hf:.2f}x; {args.num} {kind} requests, {args.dtype})")
     return Outcome("ok", summary, {"requests": kind, "rows": dict(rows)},
                    f"{args.num} {kind} requests, SmolLM2-135M-Instruct, {args.dtype}, "
-                   f"{args.device}.\n\n" + "\n".join(lines) + "\n")
+                   f"{args.device}.\n\n" + table)
 
 
 STEP = Step(__doc__, add_arguments, resolve, run)

@@ -14,10 +14,15 @@ from dataclasses import dataclass
 from engine.models.llama import LlamaArgs
 
 
-def check_split(args: LlamaArgs, world: int) -> None:
-    """ValueError naming the field when `args` cannot split over `world` ranks."""
+def check_tensor_parallel_size(world: object) -> None:
+    """ValueError unless `world` is an int >= 1 (whatever the model)."""
     if isinstance(world, bool) or not isinstance(world, int) or world < 1:
         raise ValueError(f"tensor_parallel_size must be an int >= 1, got {world!r}")
+
+
+def check_split(args: LlamaArgs, world: int) -> None:
+    """ValueError naming the field when `args` cannot split over `world` ranks."""
+    check_tensor_parallel_size(world)
     if args.num_heads % world:
         raise ValueError(f"tensor_parallel_size {world} does not divide the model's "
                          f"num_attention_heads {args.num_heads}")

@@ -266,10 +266,5 @@ def serve_router_forever(options: RouterOptions,
             running = RunningRouter(options).start(lambda: signals.received)
         except InterruptedError:
             return
-        try:
-            if on_ready is not None:
-                on_ready(running)
-            signals.wait(options.grace)
-        finally:
-            running.stop()
+        signals.serve(running, on_ready, options.grace)
     print("agentix: stopped", file=sys.stderr, flush=True)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from typing import AsyncIterator, NoReturn
 
 import grpc
@@ -31,14 +30,13 @@ from scheduler.placement.base import PlacementRequest
 from server import agentix_pb2 as pb
 from server import convert
 from server.auth import RouterTrust, TokenAuth
-from server.errors import DrainingError, message_of, status_of
+from server.errors import DrainingError, abort_for
 from server.namespace import Namespace, caller_namespace, new_id
 from server.router.core import NoReplicaError, RoutedCall, Router
 from server.router.generate import LostMidStream, relay
 from server.router.prompts import RouterPrompts
 from server.service import checked_priority
 
-log = logging.getLogger(__name__)
 REPLICA_TIMEOUT = 10.0  # unary calls forwarded to a replica
 _SCALARS = tuple(f.name for f in pb.EngineStatsResponse.DESCRIPTOR.fields
                  if f.message_type is None and not f.is_repeated)
@@ -65,11 +63,7 @@ class RouterServicer:
             await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
         if isinstance(exc, grpc.aio.AioRpcError):  # a replica's answer, relayed as it is
             await context.abort(exc.code(), exc.details() or "")
-        code = status_of(exc)
-        if code is None:
-            log.error("internal error", exc_info=exc)
-            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {message_of(exc)}")
-        await context.abort(code, message_of(exc))
+        await abort_for(context, exc)
 
     def _refuse_when_draining(self) -> None:
         if self.draining:

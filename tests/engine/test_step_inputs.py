@@ -8,20 +8,12 @@ import torch
 from engine import LLM, SamplingParams
 from engine.staging import HostStaging
 from engine.step_inputs import StepInputs
-
-
-class Recorder:
-    def __init__(self, runner):
-        self.runner, self.plans = runner, []
-
-    def execute(self, plan):
-        self.plans.append(plan)
-        return self.runner.execute(plan)
+from test_parity import RecordingExecutor
 
 
 def recorded_plans(model_dir):
     llm = LLM(model_dir, block_size=8, num_kv_blocks=16)
-    recorder = llm.engine.executor = Recorder(llm.engine.runner)
+    recorder = llm.engine.executor = RecordingExecutor(llm.engine.runner)
     llm.generate([[5, 6, 7], list(range(10, 20))], SamplingParams(max_tokens=2, ignore_eos=True))
     return recorder.plans
 
