@@ -3,7 +3,8 @@ same memory, and the EngineConfig fields of a run under one of them (`engine_con
 
 - `vllm`: FCFS, recompute on preemption, no chunked prefill, no prefix caching, LRU cache;
 - `optimized`: FCFS with chunked prefill, prefix caching and multistep 4, LRU cache;
-- every registered scheduling policy but fcfs (`mlfq`, `las`, `plas`, `atlas`, `oracle`):
+- every registered scheduling policy but fcfs (`mlfq`, `las`, `plas`, `atlas`, `pfcfs`,
+  `gittins`, `oracle`):
   `optimized`'s features, `auto` preemption, program-aware KV memory (`kv_memory="program"`),
   except the request-level `mlfq` and `las`, which keep the LRU cache;
 - ablations: `optimized-mem` (FCFS with program-aware memory and `auto` preemption: retention

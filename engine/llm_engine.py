@@ -82,10 +82,14 @@ class LLMEngine:
 
     # ----- programs ---------------------------------------------------------------------
     def start_program(self, program_id: str | None = None, tenant: str | None = None,
-                      oracle_work: float | None = None) -> str:
-        """Open a program (a client may propose its id); `oracle_work` is its total service,
-        known in advance only to the `oracle` policy (simulation and tests)."""
-        program_id = self.scheduler.start_program(self.clock(), program_id, tenant)
+                      oracle_work: float | None = None,
+                      program_class: str | None = None) -> str:
+        """Open a program (a client may propose its id); `program_class` labels the kind of
+        program (the `gittins` policy learns program sizes per tenant and class);
+        `oracle_work` is its total service, known in advance only to the `oracle` policy
+        (simulation and tests)."""
+        program_id = self.scheduler.start_program(self.clock(), program_id, tenant,
+                                                  program_class=program_class)
         self.scheduler.table.get(program_id).oracle_work = oracle_work
         return program_id
 

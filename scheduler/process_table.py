@@ -105,6 +105,7 @@ class ProgramRecord:
     num_tool_gaps: int = 0  # idle gaps between calls that external_time sums
     oracle_work: float | None = None
     ephemeral: bool = False
+    program_class: str | None = None  # a client's label of what kind of program this is
     # Tenant accounting: `service` = `floor` + its own service; `floor` is the rest of its
     # tenant's service (see ProcessTable), raised at start and at each call arrival.
     floor: float = 0.0
@@ -175,13 +176,16 @@ class ProcessTable:
     With tenant accounting, idle time is its tenant's (no call of any of its programs
     active), so spreading work over programs used in turn does not make each one idle while
     the others run.
+    `observer(final_record, now)` is called for each program that ends (completed, failed or
+    expired) before the `on_end` callback: the scheduler's policy learns from it.
     """
 
     def __init__(self, program_ttl: float, tenant_halflife: float | None = None,
                  service_halflife: float | None = None,
                  max_programs: int = _DEFAULTS.max_programs,
                  max_programs_per_tenant: int = _DEFAULTS.max_programs_per_tenant,
-                 max_tenants: int = _DEFAULTS.max_tenants) -> None:
+                 max_tenants: int = _DEFAULTS.max_tenants,
+                 observer: Callable[[ProgramRecord, float], None] | None = None) -> None:
         if program_ttl <= 0:
             raise ValueError(f"program_ttl must be positive, got {program_ttl}")
         self.program_ttl = program_ttl
@@ -198,6 +202,7 @@ class ProcessTable:
         self._idle: OrderedDict[str, None] = OrderedDict()
         self._ended: OrderedDict[str, ProgramRecord] = OrderedDict()
         self._ids = itertools.count()
+        self._observer = observer
         self._on_end: Callable[[ProgramRecord, float], None] | None = None
 
     def on_end(self, callback: Callable[[ProgramRecord, float], None] | None) -> None:
@@ -212,9 +217,10 @@ class ProcessTable:
         return program_id in self._programs
 
     def start(self, now: float, program_id: str | None = None, tenant: str | None = None,
-              ephemeral: bool = False) -> ProgramRecord:
+              ephemeral: bool = False, program_class: str | None = None) -> ProgramRecord:
         """A new active record. An `ephemeral` program (a call made without one) is ended by
-        the scheduler when its call completes."""
+        the scheduler when its call completes. `program_class` is the client's label of the
+        kind of program (a policy may learn per class)."""
         if program_id is None:
             program_id = f"prog-{next(self._ids)}"
             while program_id in self._programs:
@@ -226,7 +232,8 @@ class ProcessTable:
         if not ephemeral:  # a one-call program is bounded by the waiting queue and the seats
             self._check_limits(tenant)
         self._prune(now)
-        record = ProgramRecord(program_id, tenant, now, ephemeral=ephemeral)
+        record = ProgramRecord(program_id, tenant, now, ephemeral=ephemeral,
+                               program_class=program_class)
         live = self._live.get(tenant)
         if live is None:
             live = self._live[tenant] = _TenantLive(idle_since=now)
@@ -397,6 +404,8 @@ class ProcessTable:
 
     def _remember(self, record: ProgramRecord, now: float) -> None:
         self._ended[record.program_id] = record
+        if self._observer is not None:
+            self._observer(record, now)
         if self._on_end is not None:
             self._on_end(record, now)
         if len(self._ended) > RECENTLY_ENDED:

@@ -60,7 +60,8 @@ class Scheduler:
         self.policy = policy
         self.table = ProcessTable(config.program_ttl, config.tenant_halflife,
                                   config.program_service_halflife, config.max_programs,
-                                  config.max_programs_per_tenant, config.max_tenants)
+                                  config.max_programs_per_tenant, config.max_tenants,
+                                  observer=policy.program_ended)
         self.num_levels = policy.num_levels(config.num_queues)
         self.levels = self._levels(config.quantum_base or (
             TOKEN_MODE_QUANTUM if config.service_mode == "tokens" else PROVISIONAL_QUANTUM_SECONDS))
@@ -135,8 +136,9 @@ class Scheduler:
 
     # ----- programs and calls -----------------------------------------------------------
     def start_program(self, now: float, program_id: str | None = None,
-                      tenant: str | None = None, ephemeral: bool = False) -> str:
-        return self.table.start(now, program_id, tenant, ephemeral).program_id
+                      tenant: str | None = None, ephemeral: bool = False,
+                      program_class: str | None = None) -> str:
+        return self.table.start(now, program_id, tenant, ephemeral, program_class).program_id
 
     def end_program(self, program_id: str, now: float, failed: bool = False
                     ) -> tuple[ProgramRecord, list[SchedulableCall]]:
@@ -259,7 +261,8 @@ class Scheduler:
         record.service += service
         record.total_service += service
         record.num_steps += 1
-        level = self.policy.charge(record, service, self.levels)
+        level = self.policy.charge(self.table.get(record.program_id), record, service,
+                                   self.levels)
         if level != record.queue:
             queues = self.running if call.call_id in self.running else self.queued
             queues.remove(call.call_id)

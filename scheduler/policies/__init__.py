@@ -7,6 +7,8 @@
 | mlfq | the queue whose quantum covers the call's first step (FastServe skip-join) | sum |
 | plas | the program's summed service | sum |
 | atlas | the program's critical path | max(service, start value + call service) |
+| pfcfs | one queue, in program start order, then call arrival | sum |
+| gittins | the Gittins index of its attained service, learnt from finished programs (ATLAS until enough) | as atlas |
 | oracle | the program's remaining work (told, not learnt); never demoted | sum |
 
 A new policy is one `Policy` subclass in one new file, added to `POLICIES` below; code that
@@ -21,13 +23,16 @@ from types import MappingProxyType
 from scheduler.policies.atlas import ATLASPolicy
 from scheduler.policies.base import Policy, Retention
 from scheduler.policies.fcfs import FCFSPolicy
+from scheduler.policies.gittins import GittinsPolicy
 from scheduler.policies.las import LASPolicy
 from scheduler.policies.mlfq import MLFQPolicy
 from scheduler.policies.oracle import OraclePolicy
+from scheduler.policies.pfcfs import ProgramFCFSPolicy
 from scheduler.policies.plas import PLASPolicy
 
 POLICIES = MappingProxyType({p.name: p for p in (FCFSPolicy, LASPolicy, MLFQPolicy,
-                                                   PLASPolicy, ATLASPolicy, OraclePolicy)})
+                                                   PLASPolicy, ATLASPolicy, ProgramFCFSPolicy,
+                                                   GittinsPolicy, OraclePolicy)})
 
 PolicySpec = str | type[Policy]
 

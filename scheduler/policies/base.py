@@ -46,9 +46,10 @@ class Policy:
         FCFS by arrival, so a demoted or promoted call keeps its place among its peers."""
         return (call.arrival, seq)
 
-    def charge(self, call: CallRecord, service: float, levels: QueueLevels) -> int:
-        """Take `service` (just charged to `call`) off its quantum; returns its new level
-        (demoted once per quantum used up, never past the last level)."""
+    def charge(self, program: ProgramRecord, call: CallRecord, service: float,
+               levels: QueueLevels) -> int:
+        """Take `service` (just charged to `call`, of `program`) off its quantum; returns its
+        new level (demoted once per quantum used up, never past the last level)."""
         call.quantum_left -= service
         return self.demoted_level(call, call.queue, levels)
 
@@ -64,6 +65,10 @@ class Policy:
     def complete(self, program: ProgramRecord, call: CallRecord) -> None:
         """Fold a finished call's service into its program's."""
         program.service += call.total_service
+
+    def program_ended(self, program: ProgramRecord, now: float) -> None:
+        """See a program's final record as it ends (completed, failed or expired): a policy
+        that learns from finished programs does it here (the default learns nothing)."""
 
     def priority_victim(self, running: LevelQueues, level: int,
                         skip: Container[str]) -> str | None:

@@ -14,9 +14,10 @@ class MLFQPolicy(Policy):
     def start_value(self, program: ProgramRecord) -> float:
         return 0.0
 
-    def charge(self, call: CallRecord, service: float, levels: QueueLevels) -> int:
+    def charge(self, program: ProgramRecord, call: CallRecord, service: float,
+               levels: QueueLevels) -> int:
         if call.num_steps > 1:
-            return super().charge(call, service, levels)
+            return super().charge(program, call, service, levels)
         level = next((i for i in range(levels.num_queues) if levels.quantum(i) >= service),
                      levels.num_queues - 1)
         call.quantum_left = levels.quantum(level) - service

@@ -23,7 +23,8 @@ class OraclePolicy(Policy):
     def order(self, program: ProgramRecord, call: CallRecord, seq: int) -> tuple:
         return (self._remaining(program), seq)
 
-    def charge(self, call: CallRecord, service: float, levels: QueueLevels) -> int:
+    def charge(self, program: ProgramRecord, call: CallRecord, service: float,
+               levels: QueueLevels) -> int:
         return call.queue
 
     def starvation_deadline(self, program: ProgramRecord, call: CallRecord,

@@ -20,11 +20,13 @@ def test_baselines_come_from_the_policy_registry_plus_the_ablations():
         "mlfq": scheduling("mlfq", "lru"),
         "plas": scheduling("plas", "program"),
         "atlas": scheduling("atlas", "program"),
+        "pfcfs": scheduling("pfcfs", "program"),
+        "gittins": scheduling("gittins", "program"),
         "oracle": scheduling("oracle", "program"),
         "atlas-lru": scheduling("atlas", "lru"),
     }
     assert list(BASELINES) == ["vllm", "optimized", "optimized-mem", "las", "mlfq", "plas",
-                               "atlas", "oracle", "atlas-lru"]
+                               "atlas", "pfcfs", "gittins", "oracle", "atlas-lru"]
 
 
 def test_baselines_cannot_be_changed():

@@ -10,6 +10,16 @@ from hypothesis import strategies as st
 
 from harness import Sim
 from scheduler.policies import POLICIES
+from scheduler.policies.gittins import GittinsPolicy
+
+
+class EagerGittins(GittinsPolicy):
+    """`gittins` with an index table from the first finished program on (the registered one
+    waits for 16, more than a scenario has)."""
+
+    def __init__(self) -> None:
+        super().__init__(window=4, min_samples=1)
+
 
 call_shape = st.tuples(st.integers(1, 12), st.integers(1, 12))  # prompt, output
 program = st.fixed_dictionaries({
@@ -21,7 +31,7 @@ program = st.fixed_dictionaries({
     "tool_hint": st.none() | st.integers(0, 8),
 })
 scenario = st.fixed_dictionaries({
-    "policy": st.sampled_from(sorted(POLICIES)),
+    "policy": st.sampled_from([*sorted(POLICIES), EagerGittins]),
     "mode": st.sampled_from(["recompute", "swap", "keep", "auto"]),
     "kv_memory": st.sampled_from(["lru", "program"]),
     "program_ttl": st.sampled_from([4.0, 1e6]),  # 4: idle programs expire mid-run

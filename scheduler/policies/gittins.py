@@ -1,0 +1,63 @@
+"""Gittins (learnt): each call ranks by the Gittins index of its program's attained service,
+computed from the sizes of finished programs (see `scheduler.gittins`).
+
+- Size and attained service are ATLAS's units: a program's critical path of service (the sum
+  for a sequential program), so a call's attained service is its start value plus its own
+  service so far. A finished program is one sample, weighted 1 / its generated tokens: the
+  index targets the mean normalised latency.
+- Learnt per class (the program's tenant and its client-given `program_class`) from the last
+  `window` programs of the class; a class with fewer than `min_samples` uses every class's
+  samples; with fewer than that overall, calls take ATLAS's levels (and the order below).
+- The index is binned into the scheduler's levels by rank (highest index at level 0), so
+  quanta, priority preemption, anti-starvation and the retention ranks work unchanged. A
+  call moves up as soon as its index rises (alike programs: the most-served goes first,
+  program FCFS) and down once it has used its level's quantum (heavy tails: LAS).
+- Inside a level, calls go in their program's start order, then arrival order.
+
+Cost: a bisect per charged call per step; a table is rebuilt when an eighth of its samples
+are new (one numpy pass per grid point), never per step.
+"""
+
+from __future__ import annotations
+
+from scheduler.gittins import IndexTable, SizeLearner
+from scheduler.policies.atlas import ATLASPolicy
+from scheduler.process_table import CallRecord, ProgramRecord
+from scheduler.queues import QueueLevels
+
+
+class GittinsPolicy(ATLASPolicy):
+    name = "gittins"
+
+    def __init__(self, window: int = 1000, min_samples: int = 16) -> None:
+        self.learner = SizeLearner(window, min_samples)
+
+    def _table(self, program: ProgramRecord) -> IndexTable | None:
+        return self.learner.table((program.tenant, program.program_class))
+
+    def entry_level(self, program: ProgramRecord, levels: QueueLevels) -> int:
+        table = self._table(program)
+        if table is None:
+            return super().entry_level(program, levels)
+        return table.level(program.service, levels.num_queues)
+
+    def order(self, program: ProgramRecord, call: CallRecord, seq: int) -> tuple:
+        return (program.started, call.arrival, seq)
+
+    def charge(self, program: ProgramRecord, call: CallRecord, service: float,
+               levels: QueueLevels) -> int:
+        table = self._table(program)
+        if table is None:
+            return super().charge(program, call, service, levels)
+        call.quantum_left -= service
+        level = table.level(call.start_value + call.total_service, levels.num_queues)
+        if level > call.queue and call.quantum_left > 0:
+            return call.queue  # a demotion waits for the quantum (a promoted call keeps it)
+        if level != call.queue:
+            call.quantum_left = levels.quantum(level)
+        return level
+
+    def program_ended(self, program: ProgramRecord, now: float) -> None:
+        if program.service > 0:
+            self.learner.observe((program.tenant, program.program_class), program.service,
+                                 1.0 / max(1, program.generated_tokens))
