@@ -7,12 +7,14 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class StartProgramRequest(_message.Message):
-    __slots__ = ("program_id", "tenant")
+    __slots__ = ("program_id", "tenant", "program_class")
     PROGRAM_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
+    PROGRAM_CLASS_FIELD_NUMBER: _ClassVar[int]
     program_id: str
     tenant: str
-    def __init__(self, program_id: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...
+    program_class: str
+    def __init__(self, program_id: _Optional[str] = ..., tenant: _Optional[str] = ..., program_class: _Optional[str] = ...) -> None: ...
 
 class StartProgramResponse(_message.Message):
     __slots__ = ("program_id",)
@@ -167,7 +169,7 @@ class CallInfo(_message.Message):
     def __init__(self, call_id: _Optional[str] = ..., thread_id: _Optional[str] = ..., arrival: _Optional[float] = ..., wait: _Optional[float] = ..., service: _Optional[float] = ..., queue: _Optional[int] = ...) -> None: ...
 
 class ProgramInfo(_message.Message):
-    __slots__ = ("program_id", "tenant", "state", "service", "wait", "active_calls", "engine", "last_call_arrival", "last_call_completion", "num_calls", "prompt_tokens", "generated_tokens", "swap_time", "external_time")
+    __slots__ = ("program_id", "tenant", "state", "service", "wait", "active_calls", "engine", "last_call_arrival", "last_call_completion", "num_calls", "prompt_tokens", "generated_tokens", "swap_time", "external_time", "program_class")
     PROGRAM_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -182,6 +184,7 @@ class ProgramInfo(_message.Message):
     GENERATED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     SWAP_TIME_FIELD_NUMBER: _ClassVar[int]
     EXTERNAL_TIME_FIELD_NUMBER: _ClassVar[int]
+    PROGRAM_CLASS_FIELD_NUMBER: _ClassVar[int]
     program_id: str
     tenant: str
     state: str
@@ -196,7 +199,8 @@ class ProgramInfo(_message.Message):
     generated_tokens: int
     swap_time: float
     external_time: float
-    def __init__(self, program_id: _Optional[str] = ..., tenant: _Optional[str] = ..., state: _Optional[str] = ..., service: _Optional[float] = ..., wait: _Optional[float] = ..., active_calls: _Optional[_Iterable[_Union[CallInfo, _Mapping]]] = ..., engine: _Optional[int] = ..., last_call_arrival: _Optional[float] = ..., last_call_completion: _Optional[float] = ..., num_calls: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., generated_tokens: _Optional[int] = ..., swap_time: _Optional[float] = ..., external_time: _Optional[float] = ...) -> None: ...
+    program_class: str
+    def __init__(self, program_id: _Optional[str] = ..., tenant: _Optional[str] = ..., state: _Optional[str] = ..., service: _Optional[float] = ..., wait: _Optional[float] = ..., active_calls: _Optional[_Iterable[_Union[CallInfo, _Mapping]]] = ..., engine: _Optional[int] = ..., last_call_arrival: _Optional[float] = ..., last_call_completion: _Optional[float] = ..., num_calls: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., generated_tokens: _Optional[int] = ..., swap_time: _Optional[float] = ..., external_time: _Optional[float] = ..., program_class: _Optional[str] = ...) -> None: ...
 
 class ModelInfoRequest(_message.Message):
     __slots__ = ()

@@ -15,8 +15,9 @@ from engine.errors import UnknownProgramError
 class CallRequest:
     """A call as a front door received it. `program_id=None`: a one-call program of
     `tenant`; `start_unknown`: a named program that does not exist is started for `tenant`
-    (HTTP clients cannot call StartProgram). `prompt` is token ids, already tokenized and
-    checked off the engine thread."""
+    with `program_class` (HTTP clients cannot call StartProgram; the class of a program that
+    exists is left as it was). `prompt` is token ids, already tokenized and checked off the
+    engine thread, like `program_class`."""
 
     program_id: str | None
     call_id: str
@@ -26,6 +27,7 @@ class CallRequest:
     thread_id: str | None = None
     expected_tool_seconds: float | None = None
     start_unknown: bool = False
+    program_class: str | None = None
     program_service: float | None = None  # a trusted router's priority value
 
 
@@ -39,7 +41,8 @@ def adder(request: CallRequest) -> Callable[[LLMEngine], str]:
                 engine.get_program(program_id)
             except UnknownProgramError:
                 engine.tokenize_prompt(request.prompt)  # a bad prompt starts no program
-                engine.start_program(program_id, request.tenant)
+                engine.start_program(program_id, request.tenant,
+                                     program_class=request.program_class)
         return engine.add_call(program_id, request.prompt, request.params, request.thread_id,
                                request.call_id,
                                tenant=request.tenant if program_id is None else None,

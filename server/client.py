@@ -101,6 +101,13 @@ class Delta:
 
 # --- request building and response parsing, shared by the sync and async clients ---
 
+def _start_request(tenant: str | None, program_id: str | None,
+                   program_class: str | None) -> agentix_pb2.StartProgramRequest:
+    """A StartProgramRequest; None leaves a field unset (empty), for the server to choose."""
+    return agentix_pb2.StartProgramRequest(program_id=program_id or "", tenant=tenant or "",
+                                           program_class=program_class or "")
+
+
 def _sampling_params(sampling: dict[str, Any]) -> agentix_pb2.SamplingParams:
     """The wire SamplingParams; raises TypeError naming an unknown key. Keys given as None are
     not set (so the optional fields top_p, seed and max_tokens stay unset)."""
@@ -189,12 +196,13 @@ class _ProgramBase:
     and request building."""
 
     def __init__(self, client: Any, program_id: str | None, *, tenant: str | None = None,
-                 proposed_id: str | None = None) -> None:
+                 proposed_id: str | None = None, program_class: str | None = None) -> None:
         self.client = client
         self.program_id = program_id
         self.end_info: dict[str, Any] | None = None
         self._tenant = tenant
         self._proposed_id = proposed_id
+        self._program_class = program_class
 
     def _started_id(self) -> str:
         if self.program_id is None:
@@ -235,17 +243,20 @@ class AgentixClient(_ClientBase):
         except grpc.RpcError as error:
             raise _error_from(error) from error
 
-    def start_program(self, tenant: str | None = None,
-                      program_id: str | None = None) -> Program:
-        """StartProgram now; the caller must `end()` it (or let the server's TTL expire it)."""
-        request = agentix_pb2.StartProgramRequest(program_id=program_id or "",
-                                                  tenant=tenant or "")
+    def start_program(self, tenant: str | None = None, program_id: str | None = None,
+                      program_class: str | None = None) -> Program:
+        """StartProgram now; the caller must `end()` it (or let the server's TTL expire it).
+        `program_class` labels the kind of program (the server's `gittins` policy learns
+        program sizes per tenant and class); the server checks it like an id."""
+        request = _start_request(tenant, program_id, program_class)
         return Program(self, self._unary(self._stub.StartProgram, request).program_id)
 
-    def program(self, tenant: str | None = None, program_id: str | None = None) -> Program:
-        """A program for a `with` block: started on enter, ended on exit (failed when the
-        block raised)."""
-        return Program(self, None, tenant=tenant, proposed_id=program_id)
+    def program(self, tenant: str | None = None, program_id: str | None = None,
+                program_class: str | None = None) -> Program:
+        """A program for a `with` block: started on enter (see `start_program`), ended on
+        exit (failed when the block raised)."""
+        return Program(self, None, tenant=tenant, proposed_id=program_id,
+                       program_class=program_class)
 
     def generate(self, prompt: Prompt, *, retries: int | None = None,
                  **sampling: Any) -> Completion:
@@ -324,8 +335,8 @@ class Program(_ProgramBase):
 
     def __enter__(self) -> Program:
         if self.program_id is None:
-            self.program_id = self.client.start_program(self._tenant,
-                                                        self._proposed_id).program_id
+            self.program_id = self.client.start_program(self._tenant, self._proposed_id,
+                                                        self._program_class).program_id
         return self
 
     def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: Any) -> None:
@@ -402,17 +413,18 @@ class AsyncAgentixClient(_ClientBase):
         except grpc.RpcError as error:
             raise _error_from(error) from error
 
-    async def start_program(self, tenant: str | None = None,
-                            program_id: str | None = None) -> AsyncProgram:
-        request = agentix_pb2.StartProgramRequest(program_id=program_id or "",
-                                                  tenant=tenant or "")
+    async def start_program(self, tenant: str | None = None, program_id: str | None = None,
+                            program_class: str | None = None) -> AsyncProgram:
+        """See `AgentixClient.start_program`."""
+        request = _start_request(tenant, program_id, program_class)
         response = await self._unary(self._stub.StartProgram, request)
         return AsyncProgram(self, response.program_id)
 
-    def program(self, tenant: str | None = None,
-                program_id: str | None = None) -> AsyncProgram:
+    def program(self, tenant: str | None = None, program_id: str | None = None,
+                program_class: str | None = None) -> AsyncProgram:
         """A program for an `async with` block (see `Program`)."""
-        return AsyncProgram(self, None, tenant=tenant, proposed_id=program_id)
+        return AsyncProgram(self, None, tenant=tenant, proposed_id=program_id,
+                            program_class=program_class)
 
     async def generate(self, prompt: Prompt, *, retries: int | None = None,
                        **sampling: Any) -> Completion:
@@ -487,7 +499,8 @@ class AsyncProgram(_ProgramBase):
 
     async def __aenter__(self) -> AsyncProgram:
         if self.program_id is None:
-            started = await self.client.start_program(self._tenant, self._proposed_id)
+            started = await self.client.start_program(self._tenant, self._proposed_id,
+                                                      self._program_class)
             self.program_id = started.program_id
         return self
 

@@ -78,7 +78,8 @@ def program_info(record: ProgramRecord, outer: Callable[[str], str]) -> pb.Progr
         engine=record.engine or 0, last_call_arrival=record.last_call_arrival or 0.0,
         last_call_completion=record.last_call_completion or 0.0, num_calls=record.num_calls,
         prompt_tokens=record.prompt_tokens, generated_tokens=record.generated_tokens,
-        swap_time=record.swap_time, external_time=record.external_time)
+        swap_time=record.swap_time, external_time=record.external_time,
+        program_class=record.program_class or "")
 
 
 def model_info(engine: LLMEngine) -> pb.ModelInfoResponse:

@@ -9,7 +9,10 @@
 Program identity: the `X-Program-Id` header (alias `X-Session-Id`) or `program_id` in the
 body; an unknown id starts the program, for the bearer token's tenant (TTL expiry ends it).
 No program named: the call gets a one-call program, or with `n > 1` a program of its own
-whose n threads ATLAS schedules together, ended when the request ends. A client that
+whose n threads ATLAS schedules together, ended when the request ends. A program a request
+starts (an unknown id, or the n choices' own) gets the class the `X-Program-Class` header or
+`program_class` in the body gives (the header wins; checked like an id, else 400 naming
+`program_class`); a program that exists keeps its class, a one-call program has none. A client that
 disconnects (streamed or not) aborts its calls, which frees their blocks. Errors use OpenAI's
 body, `{"error": {"message", "type", "param", "code"}}`, with 400, 401, 404, 409, 413, 429
 and 503.
@@ -48,6 +51,7 @@ from server.wire import SHUTDOWN, message_to_dict
 
 log = logging.getLogger(__name__)
 PROGRAM_HEADERS = ("x-program-id", "x-session-id")
+PROGRAM_CLASS_HEADER = "x-program-class"
 DISCONNECT_POLL_SECONDS = 0.25  # how often a non-streamed request checks for its client
 CLIENT_CLOSED_REQUEST = 499     # the status logged for a request whose client went away
 BODY_OVERHEAD_BYTES = 64 << 10  # a body's room beyond its prompt
@@ -216,18 +220,22 @@ class OpenAIDoor:
             raise HttpError(400, f"{unsupported}: not supported by this server", unsupported)
         named = next((request.headers[h] for h in PROGRAM_HEADERS if h in request.headers),
                      body.program_id)
+        program_class = request.headers.get(PROGRAM_CLASS_HEADER, body.program_class)
         try:
             token_ids = await self.prompts.token_ids(prompt_of())
             params = body.sampling_params(body.requested_max_tokens() or self.max_model_len)
-            if body.thread_id is not None:
-                check_id("thread_id", body.thread_id)
+            for field, value in (("thread_id", body.thread_id),
+                                 ("program_class", program_class)):
+                if value is not None:
+                    check_id(field, value)
             program_id = None if named is None else ns.inner("program_id", named)
         except ValueError as exc:
             raise http_error_of(exc) from None
         own_program = named is None and body.n > 1
         if own_program:
             program_id = ns.inner("program_id", new_id("prog"))
-            await self.run(lambda engine: engine.start_program(program_id, ns.tenant), ns)
+            await self.run(lambda engine: engine.start_program(
+                program_id, ns.tenant, program_class=program_class), ns)
         streams: list[CallStream] = []
         try:
             for index in range(body.n):
@@ -236,7 +244,7 @@ class OpenAIDoor:
                     program_id=program_id, call_id=ns.inner("call_id", new_id("call")),
                     prompt=token_ids, params=for_choice(params, index), tenant=ns.tenant,
                     thread_id=thread, expected_tool_seconds=body.expected_tool_seconds,
-                    start_unknown=True)))
+                    start_unknown=True, program_class=program_class)))
         except BaseException:
             for stream in streams:
                 stream.cancel()

@@ -73,18 +73,19 @@ class AgentixServicer:
                            context: grpc.aio.ServicerContext) -> pb.StartProgramResponse:
         ns = await self._namespace(context)
         tenant = ns.tenant if self.auth is not None else (request.tenant or None)
-        if tenant is not None and self.auth is None:
-            try:
+        try:
+            if tenant is not None and self.auth is None:
                 check_id("tenant", tenant)
-            except ValueError as exc:
-                await self._fail(context, exc)
+            program_class = check_program_class(request.program_class)
+        except ValueError as exc:
+            await self._fail(context, exc)
         program_id = await self._inner(context, ns, "program_id",
                                        request.program_id or new_id("prog"))
 
         def start(engine: LLMEngine) -> str:
             if self.loop.draining:
                 raise DrainingError("the server is shutting down: no new programs")
-            return engine.start_program(program_id, tenant)
+            return engine.start_program(program_id, tenant, program_class=program_class)
 
         started = await self._run(context, ns, start)
         return pb.StartProgramResponse(program_id=ns.outer(started))
@@ -199,3 +200,12 @@ def check_thread(thread_id: str) -> str:
     """A client's thread id, checked like every id (ValueError naming thread_id)."""
     check_id("thread_id", thread_id)
     return thread_id
+
+
+def check_program_class(program_class: str) -> str | None:
+    """A StartProgram's `program_class`: None when empty (unset in proto3), else checked like
+    every id (ValueError naming program_class)."""
+    if not program_class:
+        return None
+    check_id("program_class", program_class)
+    return program_class

@@ -161,7 +161,9 @@ class Router:
     async def _start_on(self, program_id: str, replica: Replica,
                         metadata: Sequence[tuple[str, str]]) -> None:
         routed = self.programs.routed[program_id]
-        request = pb.StartProgramRequest(program_id=routed.outer_id, tenant=routed.tenant or "")
+        request = pb.StartProgramRequest(
+            program_id=routed.outer_id, tenant=routed.tenant or "",
+            program_class=self.programs.get(program_id).program_class or "")
         try:
             await replica.stub.StartProgram(request, metadata=tuple(metadata),
                                             timeout=START_TIMEOUT)

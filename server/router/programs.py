@@ -10,8 +10,8 @@ call (`program_priority`, the record's `service` when the call arrives) is what 
 engine running all of the program's calls would have used.
 
 Beside each record: the replicas the program was started on (it is started lazily on each
-replica that gets one of its calls, with the same id and tenant, and ended on all of them at
-its end) and `engine`, the replica of its latest call. Ids here are the router's inner ids
+replica that gets one of its calls, with the same id, tenant and class, and ended on all of
+them at its end) and `engine`, the replica of its latest call. Ids here are the router's inner ids
 (server/namespace.py: `TENANT/ID` with auth on).
 
 A call lost with its replica mid-stream (the client is told UNAVAILABLE and may retry it
@@ -57,9 +57,11 @@ class RouterPrograms:
         self.policy = policy or Policy()
         self.routed: dict[str, Routed] = {}
 
-    def start(self, now: float, program_id: str, outer_id: str, tenant: str | None) -> None:
-        """A new active program (ProgramExistsError, ProgramLimitError as the table says)."""
-        self.table.start(now, program_id, tenant)
+    def start(self, now: float, program_id: str, outer_id: str, tenant: str | None,
+              program_class: str | None = None) -> None:
+        """A new active program (ProgramExistsError, ProgramLimitError as the table says);
+        its record keeps `program_class`, which the replicas get when it starts there."""
+        self.table.start(now, program_id, tenant, program_class=program_class)
         self.routed[program_id] = Routed(outer_id, tenant)
 
     def get(self, program_id: str) -> ProgramRecord:

@@ -35,7 +35,7 @@ from server.namespace import Namespace, caller_namespace, new_id
 from server.router.core import NoReplicaError, RoutedCall, Router
 from server.router.generate import LostMidStream, relay
 from server.router.prompts import RouterPrompts
-from server.service import checked_priority
+from server.service import check_program_class, checked_priority
 
 REPLICA_TIMEOUT = 10.0  # unary calls forwarded to a replica
 _SCALARS = tuple(f.name for f in pb.EngineStatsResponse.DESCRIPTOR.fields
@@ -78,9 +78,11 @@ class RouterServicer:
             tenant = ns.tenant if self.auth is not None else (request.tenant or None)
             if tenant is not None and self.auth is None:
                 check_id("tenant", tenant)
+            program_class = check_program_class(request.program_class)
             outer = request.program_id or new_id("prog")
             inner = ns.inner("program_id", outer)
-            self.router.programs.start(self.router.clock(), inner, outer, tenant)
+            self.router.programs.start(self.router.clock(), inner, outer, tenant,
+                                       program_class)
         except Exception as exc:
             await self._fail(context, ns.outer_error(exc))
         return pb.StartProgramResponse(program_id=outer)

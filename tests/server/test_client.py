@@ -112,6 +112,34 @@ def test_start_program_and_end_return_the_record(client):
         (prog.program_id, "failed", [])
 
 
+def test_program_class_is_sent_on_start_program(client, server):
+    """`program_class` of start_program, program() and the async twins reaches the
+    engine's record (and GetProgram's)."""
+    def stored(program_id: str) -> str | None:
+        return server.engine_loop.call(
+            lambda engine: engine.get_program(program_id).program_class)
+
+    prog = client.start_program(tenant="t1", program_class="tree-search")
+    assert stored(prog.program_id) == "tree-search"
+    assert prog.info()["program_class"] == "tree-search"
+    prog.end()
+    with client.program(tenant="t1", program_class="chat") as prog:
+        assert (stored(prog.program_id), prog.info()["tenant"]) == ("chat", "t1")
+    with client.program() as prog:
+        assert stored(prog.program_id) is None
+
+    async def flow() -> list[str | None]:
+        async with AsyncAgentixClient(server.address, timeout=30) as aclient:
+            started = await aclient.start_program(program_class="async-start")
+            seen = [stored(started.program_id)]
+            await started.end()
+            async with aclient.program(tenant="t1", program_class="async-ctx") as aprog:
+                seen.append(stored(aprog.program_id))
+            return seen
+
+    assert asyncio.run(flow()) == ["async-start", "async-ctx"]
+
+
 def test_generate_matches_the_offline_engine(client, reference):
     done = client.generate(PROMPTS[0], **GREEDY)  # a one-call program of its own
     assert done.token_ids == tuple(reference[0])

@@ -113,6 +113,20 @@ def test_ids_are_bounded_and_echoed_short(server, stub, expected, field):
     assert_serving(server, stub, expected)
 
 
+def test_program_class_is_bounded_like_an_id(server, stub, expected):
+    programs = server.engine_loop.call(lambda e: e.stats().load.programs_active)
+    for bad in ("c" * 129, "has space", "caf\u00e9", "c" * 200_000):
+        err = rpc_error(stub.StartProgram, pb.StartProgramRequest(program_class=bad))
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, bad
+        assert err.details().startswith("program_class: must be at most 128 printable ASCII")
+        assert len(err.details()) < 200
+    pid = stub.StartProgram(pb.StartProgramRequest(program_class="c" * 128)).program_id
+    assert server.engine_loop.call(lambda e: e.get_program(pid).program_class) == "c" * 128
+    stub.EndProgram(pb.EndProgramRequest(program_id=pid))
+    assert server.engine_loop.call(lambda e: e.stats().load.programs_active) == programs
+    assert_serving(server, stub, expected)
+
+
 def test_an_unknown_huge_id_gets_a_short_not_found(server, stub, expected):
     """Before: a 100 kB id in a NOT_FOUND message overflowed gRPC's header limit and came
     back as RESOURCE_EXHAUSTED. Ids over 128 bytes are refused before any lookup; an

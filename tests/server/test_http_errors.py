@@ -207,6 +207,9 @@ BAD_REQUESTS = {
                              chat(tools=[{"type": "function", "function": {"name": "f"}}],
                                   tool_choice="required"),
                              "tool_choice", ("tool_choice", "not supported")),
+    "program_class-with-a-space": ("/v1/completions",
+                                   completion(program_id="classy", program_class="has space"),
+                                   "program_class", ("program_class", "128 printable ASCII")),
     "malformed-json": ("/v1/chat/completions", b'{"messages": [{"role": "user",', None,
                        ("JSON",)),
     "body-not-an-object": ("/v1/chat/completions", [1, 2], None, ()),
@@ -219,6 +222,20 @@ def test_400_invalid_request_names_the_field(auth_server, baseline, case):
     raw = body if isinstance(body, bytes) else None
     status, answer = http(auth_server, "POST", path, None if raw else body, TOKEN_A, raw=raw)
     assert_error(status, answer, 400, "invalid_request_error", words, param=param)
+    assert_healthy(auth_server, baseline, TOKEN_A)
+
+
+@pytest.mark.parametrize("bad", ["c" * 129, "tab\there", ""], ids=["too-long", "tab", "empty"])
+def test_400_bad_program_class_header_names_the_field(auth_server, baseline, bad):
+    """A bad X-Program-Class is refused like a bad body field (even beside a good body
+    class), and the program it would have started is not started."""
+    status, answer = http(auth_server, "POST", "/v1/chat/completions",
+                          chat(program_id="classy", program_class="fine"), TOKEN_A,
+                          {"X-Program-Class": bad})
+    assert_error(status, answer, 400, "invalid_request_error", ("program_class",),
+                 param="program_class")
+    status, answer = http(auth_server, "GET", "/v1/programs/classy", token=TOKEN_A)
+    assert_error(status, answer, 404, "not_found_error", ("classy",))
     assert_healthy(auth_server, baseline, TOKEN_A)
 
 

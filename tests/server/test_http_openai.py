@@ -1,6 +1,7 @@
 """The official `openai` SDK, unchanged, against the HTTP door on the tiny model: chat and
 completions, streamed and not, with greedy token ids equal to transformers'; program
-identity by `extra_body` and by `X-Program-Id` landing in one program; n parallel choices."""
+identity by `extra_body` and by `X-Program-Id` landing in one program, its class by
+`X-Program-Class` or `program_class`; n parallel choices."""
 
 from __future__ import annotations
 
@@ -124,6 +125,31 @@ def test_extra_body_and_header_land_in_one_program(client, http_server):
         ended = json.loads(response.read())
     assert (ended["state"], ended["num_calls"]) == ("completed", 3)
     http_server.engine_loop.call(lambda engine: engine.check_integrity())
+
+
+def test_program_class_from_the_body_or_the_header_which_wins(client, http_server):
+    """An implicitly started program takes its class from the body, or from the
+    X-Program-Class header over the body; a program that exists keeps its class."""
+    def stored(program_id: str) -> str | None:
+        return http_server.engine_loop.call(
+            lambda engine: engine.get_program(program_id).program_class)
+
+    for program_id, body, headers in (
+            ("by-body", {"program_class": "lats"}, {}),
+            ("by-header", {}, {"X-Program-Class": "react"}),
+            ("both", {"program_class": "lats"}, {"X-Program-Class": "react"})):
+        client.completions.create(model="tiny", prompt=[1, 5], **GREEDY,
+                                  extra_body={**EXTRA, "program_id": program_id, **body},
+                                  extra_headers=headers)
+    assert [stored(p) for p in ("by-body", "by-header", "both")] == ["lats", "react", "react"]
+    assert get_json(http_server, "/v1/programs/both")["program_class"] == "react"
+    client.completions.create(model="tiny", prompt=[1, 5], **GREEDY, extra_body=EXTRA,
+                              extra_headers={"X-Program-Id": "both",
+                                             "X-Program-Class": "other"})
+    record = get_json(http_server, "/v1/programs/both")
+    assert (record["program_class"], record["num_calls"]) == ("react", 2)
+    for program_id in ("by-body", "by-header", "both"):
+        http_server.engine_loop.call(lambda engine, p=program_id: engine.end_program(p))
 
 
 def test_n_choices_run_as_threads_of_one_program(client, http_server, reference, chat_ids):

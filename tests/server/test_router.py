@@ -59,7 +59,8 @@ def on_replica(server, program_id):
 
 def test_round_robin_alternates_and_starts_programs_lazily(router, replicas, stub, idle):
     use(router, make_placement("round_robin"))
-    pid = stub.StartProgram(pb.StartProgramRequest(program_id="rr", tenant="t")).program_id
+    pid = stub.StartProgram(pb.StartProgramRequest(program_id="rr", tenant="t",
+                                                   program_class="chat")).program_id
     assert pid == "rr"
     for server in replicas:  # nothing on the replicas before a call
         with pytest.raises(KeyError):
@@ -71,7 +72,10 @@ def test_round_robin_alternates_and_starts_programs_lazily(router, replicas, stu
     assert engines == [0, 1, 0, 1]
     assert [on_replica(s, "rr") for s in replicas] == [2, 2]
     assert replicas[1].engine_loop.call(lambda e: e.get_program("rr").tenant) == "t"
+    assert [s.engine_loop.call(lambda e: e.get_program("rr").program_class)
+            for s in replicas] == ["chat", "chat"]
     info = stub.GetProgram(pb.GetProgramRequest(program_id=pid))
+    assert info.program_class == "chat"
     assert (info.num_calls, info.prompt_tokens, info.generated_tokens) == (4, 12, 8)
     assert info.tenant == "t" and info.state == "active" and not info.active_calls
     ended = stub.EndProgram(pb.EndProgramRequest(program_id=pid))
@@ -184,6 +188,8 @@ def test_request_errors(router, stub, idle):
     assert err.code() == code.INVALID_ARGUMENT and err.details().startswith("prompt")
     err = rpc_error(stub.Generate, gen_request([1, 5], thread_id="bad id"))
     assert err.code() == code.INVALID_ARGUMENT and err.details().startswith("thread_id")
+    err = rpc_error(stub.StartProgram, pb.StartProgramRequest(program_class="c" * 129))
+    assert err.code() == code.INVALID_ARGUMENT and err.details().startswith("program_class")
     err = rpc_error(stub.Generate, gen_request([1, 999_999], max_tokens=2))  # the replica's
     assert err.code() == code.INVALID_ARGUMENT and "vocabulary" in err.details()
     pid = stub.StartProgram(pb.StartProgramRequest(program_id="dup")).program_id

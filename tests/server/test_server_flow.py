@@ -87,6 +87,24 @@ def test_one_call_program_and_proposed_ids(stub, clean, reference):
     assert stub.EndProgram(pb.EndProgramRequest(program_id=pid)).state == "failed"
 
 
+def test_program_class_reaches_the_process_table(grpc_server, stub, clean):
+    """StartProgram's program_class lands in the engine's record and GetProgram shows it;
+    an empty one is no class."""
+    def stored(program_id: str) -> str | None:
+        return grpc_server.engine_loop.call(
+            lambda engine: engine.get_program(program_id).program_class)
+
+    pid = stub.StartProgram(pb.StartProgramRequest(tenant="team-a",
+                                                   program_class="react-agent")).program_id
+    plain = stub.StartProgram(pb.StartProgramRequest(tenant="team-a")).program_id
+    assert (stored(pid), stored(plain)) == ("react-agent", None)
+    info = stub.GetProgram(pb.GetProgramRequest(program_id=pid))
+    assert (info.tenant, info.program_class) == ("team-a", "react-agent")
+    assert stub.GetProgram(pb.GetProgramRequest(program_id=plain)).program_class == ""
+    for program_id in (pid, plain):
+        stub.EndProgram(pb.EndProgramRequest(program_id=program_id))
+
+
 def test_text_prompt_equals_token_prompt(stub, clean, reference):
     text_prompt = words(PROMPTS[1][1:])  # the tokenizer adds no BOS: drop it from the ids
     ids, _, _ = collect(stub.Generate(gen_request(text_prompt, max_tokens=MAX_TOKENS,
