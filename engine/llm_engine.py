@@ -123,15 +123,17 @@ class LLMEngine:
                  params: SamplingParams | None = None, thread_id: str | None = None,
                  call_id: str | None = None, tenant: str | None = None,
                  expected_tool_seconds: float | None = None,
-                 program_service: float | None = None) -> str:
+                 program_service: float | None = None,
+                 ttft_slo_seconds: float | None = None) -> str:
         """Queue a call of an active program (None: a fresh one-call program of `tenant`
         that ends with the call). `expected_tool_seconds` hints how long the tool call after
         this call takes (how long to keep the program's KV). `program_service` is the
         program's global service as a trusted router folds it over all replicas: the
         program's service is raised to it (never lowered; booked as floor, see
         ProcessTable.raise_service) before the policy places the call, so a program gets
-        the same level on every replica. Everything is validated before anything is
-        recorded."""
+        the same level on every replica. `ttft_slo_seconds` is the call's first-token
+        deadline (None: the engine's `ttft_slo_seconds`). Everything is validated before
+        anything is recorded."""
         params = params or SamplingParams()
         if program_service is not None and not (
                 isinstance(program_service, (int, float)) and math.isfinite(program_service)
@@ -143,6 +145,11 @@ class LLMEngine:
                 and 0 <= expected_tool_seconds <= MAX_EXPECTED_TOOL_SECONDS):
             raise ValueError(f"expected_tool_seconds must be in [0, "
                              f"{MAX_EXPECTED_TOOL_SECONDS:g}], got {expected_tool_seconds!r}")
+        if ttft_slo_seconds is not None and not (
+                isinstance(ttft_slo_seconds, (int, float))
+                and 0 < ttft_slo_seconds <= MAX_EXPECTED_TOOL_SECONDS):
+            raise ValueError(f"ttft_slo_seconds must be in (0, "
+                             f"{MAX_EXPECTED_TOOL_SECONDS:g}], got {ttft_slo_seconds!r}")
         if not isinstance(params, SamplingParams):
             raise ValueError(f"params must be SamplingParams, got {type(params).__name__}")
         if params.stop and self.tokenizer is None:
@@ -162,7 +169,7 @@ class LLMEngine:
                     self.eos_token_ids)
         self.calls[call_id] = call
         self.scheduler.add(call, now, program_id, thread_id, expected_tool_seconds,
-                           program_service)
+                           program_service, ttft_slo_seconds)
         return call_id
 
     def abort_call(self, call_id: str) -> None:

@@ -36,6 +36,13 @@ class SchedulerConfig:
     `retention_prior_seconds`; at most `retention_max_seconds`) within `retention_budget` (a
     fraction of the device pool), admissions never evict a higher-priority program's
     retained KV, and evicted blocks of live programs are offloaded to the host pool.
+    Deadlines (seconds, None = off): a call that has produced no token is promoted to the
+    top level once `ttft_slo_seconds` after its arrival less its estimated prefill time has
+    passed (a request may set its own), and a call preempted after producing tokens once
+    `itl_slo_seconds` after its preemption has passed. Like an anti-starvation promotion, a
+    promoted preempted call waits for room; a call promoted for its first token may preempt
+    lower levels to get in.
+
     `program_service_halflife` (seconds, None = off) decays a program's attained service
     while it is idle between calls (while its tenant is idle, with tenant accounting).
 
@@ -76,6 +83,8 @@ class SchedulerConfig:
     retention_ttl_factor: float = 2.0
     retention_max_seconds: float = 60.0
     program_service_halflife: float | None = None
+    ttft_slo_seconds: float | None = None
+    itl_slo_seconds: float | None = None
     max_programs: int = 10_000
     max_programs_per_tenant: int = 1_000
     max_tenants: int = 100_000
@@ -114,6 +123,10 @@ class SchedulerConfig:
         if self.program_service_halflife is not None and self.program_service_halflife <= 0:
             raise ValueError(f"program_service_halflife must be positive or None, got "
                              f"{self.program_service_halflife}")
+        for name in ("ttft_slo_seconds", "itl_slo_seconds"):
+            value = getattr(self, name)
+            if value is not None and not 0 < value < float("inf"):
+                raise ValueError(f"{name} must be positive and finite or None, got {value}")
         if self.service_mode not in SERVICE_MODES:
             raise ValueError(f"service_mode must be one of {SERVICE_MODES}, got "
                              f"{self.service_mode!r}")

@@ -64,7 +64,8 @@ class CallRecord:
     (ATLAS adds `total_service` to it on completion). `quantum_left` is what the call may use
     before it is demoted from `queue`. `promoted` is set by anti-starvation until the call next
     starts running: it goes first, but does not preempt anyone to get in.
-    `expected_tool_seconds` is the client's hint of the tool time after this call.
+    `expected_tool_seconds` is the client's hint of the tool time after this call;
+    `ttft_slo` (seconds after arrival) its first-token deadline, None for none.
     """
 
     call_id: str
@@ -83,6 +84,7 @@ class CallRecord:
     num_steps: int = 0
     promoted: bool = False
     expected_tool_seconds: float | None = None
+    ttft_slo: float | None = None
 
 
 @dataclass

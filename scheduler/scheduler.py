@@ -22,6 +22,7 @@ from typing import Sequence
 from kvcache.manager import KVCacheManager
 from scheduler.call_state import CallStatus, SampledToken, SchedulableCall
 from scheduler.config import SchedulerConfig
+from scheduler.deadlines import DeadlineWatch
 from scheduler.load import SchedulerLoad
 from scheduler.memory import NO_OWNER_RANK, UNLIMITED, ProgramMemory
 from scheduler.plan import SchedulePlan, ScheduledChunk
@@ -72,6 +73,7 @@ class Scheduler:
         self.calls: dict[str, SchedulableCall] = {}
         self.records: dict[str, CallRecord] = {}
         self.starvation = StarvationWatch()
+        self.deadlines = DeadlineWatch()
         self._seq = itertools.count()
         self._step_times: list[float] = []
         self._round_calls: list[SchedulableCall] = []
@@ -81,6 +83,7 @@ class Scheduler:
         self.num_steps = 0
         self.num_swap_ins = 0
         self.num_promotions = 0
+        self.num_deadline_promotions = 0
 
     def _levels(self, quantum_base: float) -> QueueLevels:
         return QueueLevels(self.num_levels, quantum_base, self.config.quantum_growth)
@@ -125,6 +128,7 @@ class Scheduler:
             "num_preemptions": self.num_preemptions,
             **{f"preemptions_{kind.value}": self.preemptions[kind] for kind in PreemptionKind},
             "num_swap_ins": self.num_swap_ins, "num_promotions": self.num_promotions,
+            "num_deadline_promotions": self.num_deadline_promotions,
             "offloaded_blocks": self.kv.num_offloaded_blocks,
             "fetched_blocks": self.kv.num_fetched_blocks,
             "retentions": self.memory.num_retained,
@@ -158,15 +162,18 @@ class Scheduler:
 
     def add(self, call: SchedulableCall, now: float, program_id: str,
             thread_id: str | None = None, expected_tool_seconds: float | None = None,
-            program_service: float | None = None) -> None:
+            program_service: float | None = None,
+            ttft_slo_seconds: float | None = None) -> None:
         """Queue a new call of an active program at the level its policy gives it.
         `expected_tool_seconds`: the client's hint of the tool time after this call;
+        `ttft_slo_seconds`: its first-token deadline (default `config.ttft_slo_seconds`);
         `program_service`: a trusted router's value of the program's service, which the
         program's service is raised to (ProcessTable.raise_service) before the policy
         computes the call's start value and level, so every replica enters it alike."""
         program = self.table.get(program_id)
         record = CallRecord(call.call_id, program_id, thread_id, now, waiting_since=now,
-                            expected_tool_seconds=expected_tool_seconds)
+                            expected_tool_seconds=expected_tool_seconds,
+                            ttft_slo=ttft_slo_seconds or self.config.ttft_slo_seconds)
         self.table.add_call(record, call.num_tokens)  # may decay the program's service
         if program_service is not None:
             self.table.raise_service(program, program_service)
@@ -180,6 +187,9 @@ class Scheduler:
         self.queued.add(call.call_id, record.queue, record.order)
         self.memory.queued(program, record.queue)
         self._watch_starvation(record, program)
+        if record.ttft_slo is not None:  # due early enough to prefill by the deadline
+            prefill = self.rates.recompute_seconds(call.num_tokens)
+            self.deadlines.watch(call.call_id, now + max(0.0, record.ttft_slo - prefill))
 
     def finish(self, call: SchedulableCall, now: float) -> CallRecord | None:
         """Remove `call` wherever it is, release all its blocks (cached ones at the rank
@@ -206,6 +216,7 @@ class Scheduler:
             if call.call_id in queues:
                 queues.remove(call.call_id)
         del self.calls[call.call_id]
+        self.deadlines.forget(call.call_id)
         call.status = CallStatus.FINISHED
         self._stop_waiting(record, now)
         program = self.table.get(record.program_id)
@@ -237,6 +248,7 @@ class Scheduler:
                 self.kv.cache_blocks(call.call_id, call.all_token_ids, call.num_computed_tokens)
             if token is None:
                 continue
+            self.deadlines.forget(call.call_id)  # it has a token now: no deadline is due
             reason = call.stop_reason(token)
             record = self.finish(call, now) if reason else None
             sampled.append(SampledToken(call, token, reason, record))
@@ -299,6 +311,7 @@ class Scheduler:
         self.memory.expire(now, self._live_next_level)
         if self.config.anti_starvation:
             self._promote_starved(now)
+        self._promote_due(now)
         plan = SchedulePlan(created_at=now)
         rnd = _Round(self.config.max_num_batched_tokens, unvisited_running=len(self.running))
         admitting = True
@@ -495,6 +508,8 @@ class Scheduler:
             call.status = CallStatus.WAITING
         self.preemptions[kind] += 1
         plan.preempted[call.call_id] = kind
+        if self.config.itl_slo_seconds and call.num_tokens > call.num_prompt_tokens:
+            self.deadlines.watch(call.call_id, now + self.config.itl_slo_seconds)
         record.waiting_since = now
         self.queued.add(call.call_id, record.queue, record.order)
         self.memory.queued(program, record.queue)
@@ -535,16 +550,35 @@ class Scheduler:
             if starvation_ratio(program, record, now) < beta:
                 self._watch_starvation(record, program)
                 continue
-            self.queued.remove(call_id)
-            self._stop_waiting(record, now)
-            record.queue = 0
-            record.promoted = True
-            record.quantum_left = self.levels.quantum(0)
+            self._promote(record, program, now, may_preempt=False)
             record.wait = record.service = 0.0
-            record.waiting_since = now
-            self.queued.add(call_id, 0, record.order)
-            self.memory.queued(program, 0)
             self.num_promotions += 1
+
+    def _promote_due(self, now: float) -> None:
+        """Promote the queued calls whose first-token or inter-token deadline is due. Only a
+        call still without a token may preempt to get in: a preempted stream waits for the
+        next free seat (preempting another stream would only move the gap to it), so two
+        streams never take turns preempting each other."""
+        for call_id in self.deadlines.due(now):
+            record = self.records.get(call_id)
+            if record is not None and call_id in self.queued and record.queue > 0:
+                call = self.calls[call_id]
+                self._promote(record, self.table.get(record.program_id), now,
+                              may_preempt=call.num_tokens == call.num_prompt_tokens)
+                self.num_deadline_promotions += 1
+
+    def _promote(self, record: CallRecord, program: ProgramRecord, now: float,
+                 may_preempt: bool) -> None:
+        """Move a queued call to the top level with that level's quantum (`promoted`
+        unless it `may_preempt` lower levels to get in)."""
+        self.queued.remove(record.call_id)
+        self._stop_waiting(record, now)
+        record.queue = 0
+        record.promoted = not may_preempt
+        record.quantum_left = self.levels.quantum(0)
+        record.waiting_since = now
+        self.queued.add(record.call_id, 0, record.order)
+        self.memory.queued(program, 0)
 
     # ----- multistep ----------------------------------------------------------------------
     def _start_round(self, plan: SchedulePlan) -> None:

@@ -91,3 +91,23 @@ def test_extreme_but_valid_sampling_values_run(llm):
     assert outs[0].token_ids == greedy.token_ids
     assert len(outs[1].token_ids) == 3
     still_works(llm)
+
+
+@pytest.mark.parametrize("value", [0, -1.0, float("nan"), 86_401.0, "2"])
+def test_bad_first_token_deadline_is_refused_and_records_nothing(llm, value):
+    engine = llm.engine
+    with pytest.raises(ValueError, match="ttft_slo_seconds"):
+        engine.add_call(None, [5, 6, 7], SamplingParams(max_tokens=2), ttft_slo_seconds=value)
+    assert not engine.has_unfinished_calls()
+    still_works(llm)
+
+
+def test_a_first_token_deadline_reaches_the_calls_record(llm):
+    engine = llm.engine
+    call_id = engine.add_call(None, [5, 6, 7], SamplingParams(max_tokens=2),
+                              ttft_slo_seconds=1.5)
+    assert engine.scheduler.records[call_id].ttft_slo == 1.5
+    while engine.has_unfinished_calls():
+        engine.step()
+    engine.pop_completion(call_id)
+    still_works(llm)
