@@ -71,7 +71,7 @@ class ChatMessages(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("program_id", "thread_id", "call_id", "text", "token_ids", "messages", "sampling", "expected_tool_seconds", "program_priority")
+    __slots__ = ("program_id", "thread_id", "call_id", "text", "token_ids", "messages", "sampling", "expected_tool_seconds", "program_priority", "ttft_slo_seconds")
     PROGRAM_ID_FIELD_NUMBER: _ClassVar[int]
     THREAD_ID_FIELD_NUMBER: _ClassVar[int]
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
@@ -81,6 +81,7 @@ class GenerateRequest(_message.Message):
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_TOOL_SECONDS_FIELD_NUMBER: _ClassVar[int]
     PROGRAM_PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    TTFT_SLO_SECONDS_FIELD_NUMBER: _ClassVar[int]
     program_id: str
     thread_id: str
     call_id: str
@@ -90,7 +91,8 @@ class GenerateRequest(_message.Message):
     sampling: SamplingParams
     expected_tool_seconds: float
     program_priority: float
-    def __init__(self, program_id: _Optional[str] = ..., thread_id: _Optional[str] = ..., call_id: _Optional[str] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., messages: _Optional[_Union[ChatMessages, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., expected_tool_seconds: _Optional[float] = ..., program_priority: _Optional[float] = ...) -> None: ...
+    ttft_slo_seconds: float
+    def __init__(self, program_id: _Optional[str] = ..., thread_id: _Optional[str] = ..., call_id: _Optional[str] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., messages: _Optional[_Union[ChatMessages, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., expected_tool_seconds: _Optional[float] = ..., program_priority: _Optional[float] = ..., ttft_slo_seconds: _Optional[float] = ...) -> None: ...
 
 class Delta(_message.Message):
     __slots__ = ("token_ids", "text")

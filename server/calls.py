@@ -1,6 +1,7 @@
 """The engine-thread half of adding a call, shared by the gRPC and HTTP front doors: an
-implicitly started program (HTTP), then `add_call`. Ids here are the engine's (already in
-the caller's namespace, server/namespace.py)."""
+implicitly started program (HTTP), then `add_call`; and `check_ttft_slo`, the doors' (and
+the router's) check of a call's deadline off the engine thread. Ids here are the engine's
+(already in the caller's namespace, server/namespace.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Callable
 
 from engine import LLMEngine, SamplingParams
 from engine.errors import UnknownProgramError
+from engine.llm_engine import MAX_EXPECTED_TOOL_SECONDS  # it bounds ttft_slo_seconds too
 
 
 @dataclass(frozen=True)
@@ -17,7 +19,8 @@ class CallRequest:
     `tenant`; `start_unknown`: a named program that does not exist is started for `tenant`
     with `program_class` (HTTP clients cannot call StartProgram; the class of a program that
     exists is left as it was). `prompt` is token ids, already tokenized and checked off the
-    engine thread, like `program_class`."""
+    engine thread, like `program_class` and `ttft_slo_seconds` (the call's first-token
+    deadline, see check_ttft_slo)."""
 
     program_id: str | None
     call_id: str
@@ -29,6 +32,7 @@ class CallRequest:
     start_unknown: bool = False
     program_class: str | None = None
     program_service: float | None = None  # a trusted router's priority value
+    ttft_slo_seconds: float | None = None
 
 
 def adder(request: CallRequest) -> Callable[[LLMEngine], str]:
@@ -47,6 +51,18 @@ def adder(request: CallRequest) -> Callable[[LLMEngine], str]:
                                request.call_id,
                                tenant=request.tenant if program_id is None else None,
                                expected_tool_seconds=request.expected_tool_seconds,
-                               program_service=request.program_service)
+                               program_service=request.program_service,
+                               ttft_slo_seconds=request.ttft_slo_seconds)
 
     return add
+
+
+def check_ttft_slo(seconds: float | None) -> float | None:
+    """A call's first-token deadline as a front door received it (seconds after the call
+    arrives), checked off the engine thread: None (unset: the engine's default) or
+    0 < seconds <= 86,400, else ValueError naming ttft_slo_seconds (NaN included). Returns
+    `seconds`. The engine checks it again, with the same bound and message."""
+    if seconds is not None and not 0 < seconds <= MAX_EXPECTED_TOOL_SECONDS:
+        raise ValueError(f"ttft_slo_seconds must be in (0, {MAX_EXPECTED_TOOL_SECONDS:g}], "
+                         f"got {seconds!r}")
+    return seconds

@@ -7,8 +7,10 @@
 error surfaces as `AgentixError`. A prompt is a `str` (tokenized by the server as is), a
 sequence of token ids, or chat messages `[{"role": "user", "content": "Hi"}, ...]` (the server
 applies the model's chat template). Sampling keywords: temperature, top_p, top_k, seed,
-max_tokens, stop, stop_token_ids, ignore_eos; any other key raises `TypeError` before an RPC
-is made, and a key given as `None` is left at the server's default.
+max_tokens, stop, stop_token_ids, ignore_eos; besides them the call fields
+`expected_tool_seconds` (the tool time after the call) and `ttft_slo_seconds` (the call's
+first-token deadline, seconds after it arrives); any other key raises `TypeError` before an
+RPC is made, and a key given as `None` is left at the server's default.
 
 Retries: `generate(..., retries=N)` (or `retry_unavailable=N` on the client, the default of
 every `generate`) re-sends a call that failed with UNAVAILABLE (a replica lost mid-stream
@@ -36,6 +38,7 @@ from server.wire import message_to_dict
 Prompt = Union[str, Sequence[int], Sequence[dict]]
 SAMPLING_KEYS = frozenset({"temperature", "top_p", "top_k", "seed", "max_tokens", "stop",
                            "stop_token_ids", "ignore_eos"})
+CALL_KEYS = ("expected_tool_seconds", "ttft_slo_seconds")  # GenerateRequest's own fields
 RETRY_BACKOFF_SECONDS = 0.1
 
 
@@ -124,15 +127,15 @@ def _generate_request(program_id: str | None, prompt: Prompt, thread_id: str | N
                       call_id: str | None, sampling: dict[str, Any]
                       ) -> agentix_pb2.GenerateRequest:
     """A GenerateRequest; raises TypeError for an unknown sampling key or a bad prompt type.
-    `expected_tool_seconds` among the keyword arguments is the call's tool-time hint, not a
-    sampling parameter."""
+    CALL_KEYS among the keyword arguments (`expected_tool_seconds`, the call's tool-time hint;
+    `ttft_slo_seconds`, its first-token deadline) are the request's optional fields, not
+    sampling parameters; None leaves one unset."""
     sampling = dict(sampling)
-    tool_seconds = sampling.pop("expected_tool_seconds", None)
-    request = agentix_pb2.GenerateRequest(program_id=program_id or "", thread_id=thread_id or "",
-                                          call_id=call_id or "",
-                                          sampling=_sampling_params(sampling))
-    if tool_seconds is not None:
-        request.expected_tool_seconds = tool_seconds
+    fields = {key: sampling.pop(key) for key in CALL_KEYS if key in sampling}
+    request = agentix_pb2.GenerateRequest(
+        program_id=program_id or "", thread_id=thread_id or "", call_id=call_id or "",
+        sampling=_sampling_params(sampling),
+        **{key: value for key, value in fields.items() if value is not None})
     if isinstance(prompt, str):
         request.text = prompt
     elif isinstance(prompt, Sequence) and prompt and all(isinstance(m, dict) for m in prompt):

@@ -11,6 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from google.protobuf.message import Message
+
 from engine import ChatPrompt, CompletionOutput, EngineStats, LLMEngine, SamplingParams
 from server import agentix_pb2 as pb
 
@@ -34,6 +36,11 @@ def sampling_params(msg: pb.SamplingParams) -> SamplingParams:
         stop_token_ids=tuple(msg.stop_token_ids),
         ignore_eos=msg.ignore_eos,
     )
+
+
+def optional(message: Message, field: str) -> float | None:
+    """A proto3 `optional` number field's value, None when the sender left it unset."""
+    return getattr(message, field) if message.HasField(field) else None
 
 
 def prompt(request: pb.GenerateRequest) -> str | list[int] | ChatPrompt:

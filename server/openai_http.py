@@ -12,10 +12,12 @@ No program named: the call gets a one-call program, or with `n > 1` a program of
 whose n threads ATLAS schedules together, ended when the request ends. A program a request
 starts (an unknown id, or the n choices' own) gets the class the `X-Program-Class` header or
 `program_class` in the body gives (the header wins; checked like an id, else 400 naming
-`program_class`); a program that exists keeps its class, a one-call program has none. A client that
-disconnects (streamed or not) aborts its calls, which frees their blocks. Errors use OpenAI's
-body, `{"error": {"message", "type", "param", "code"}}`, with 400, 401, 404, 409, 413, 429
-and 503.
+`program_class`); a program that exists keeps its class, a one-call program has none.
+`ttft_slo_seconds` in the body is the first-token deadline of each call the request makes
+(seconds after it arrives, 0 < s <= 86400, else 400 naming it; unset: the engine's). A
+client that disconnects (streamed or not) aborts its calls, which frees their blocks. Errors
+use OpenAI's body, `{"error": {"message", "type", "param", "code"}}`, with 400, 401, 404,
+409, 413, 429 and 503.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from scheduler.ids import check_id
 from server import convert
 from server.auth import AuthError, TokenAuth
 from server.call_stream import CallStream, StreamDelta
-from server.calls import CallRequest, adder
+from server.calls import CallRequest, adder, check_ttft_slo
 from server.engine_loop import EngineLoop
 from server.errors import DrainingError, ServerError, message_of, status_of
 from server.metrics import CONTENT_TYPE, ServerMetrics
@@ -228,6 +230,7 @@ class OpenAIDoor:
                                  ("program_class", program_class)):
                 if value is not None:
                     check_id(field, value)
+            check_ttft_slo(body.ttft_slo_seconds)
             program_id = None if named is None else ns.inner("program_id", named)
         except ValueError as exc:
             raise http_error_of(exc) from None
@@ -244,7 +247,8 @@ class OpenAIDoor:
                     program_id=program_id, call_id=ns.inner("call_id", new_id("call")),
                     prompt=token_ids, params=for_choice(params, index), tenant=ns.tenant,
                     thread_id=thread, expected_tool_seconds=body.expected_tool_seconds,
-                    start_unknown=True, program_class=program_class)))
+                    start_unknown=True, program_class=program_class,
+                    ttft_slo_seconds=body.ttft_slo_seconds)))
         except BaseException:
             for stream in streams:
                 stream.cancel()

@@ -2,11 +2,12 @@
 
 Requests accept the OpenAI fields this engine can honour, plus the usual extras of open
 servers (`top_k`, `ignore_eos`, `return_token_ids`) and Agentix's own (`program_id`,
-`program_class`, `thread_id`, `expected_tool_seconds`); other unknown fields are ignored, as
-OpenAI clients send many. Fields it cannot honour (`logprobs`, `echo`, `best_of`, `suffix`,
-`tools` with `tool_choice` other than "none"/"auto") are refused with a 400 naming them,
-never dropped in silence. Sampling defaults follow OpenAI: temperature 1, top_p 1;
-`max_tokens` defaults to 16 on /v1/completions and to the rest of the context on chat.
+`program_class`, `thread_id`, `expected_tool_seconds`, `ttft_slo_seconds`); other unknown
+fields are ignored, as OpenAI clients send many. Fields it cannot honour (`logprobs`,
+`echo`, `best_of`, `suffix`, `tools` with `tool_choice` other than "none"/"auto") are
+refused with a 400 naming them, never dropped in silence. Sampling defaults follow OpenAI:
+temperature 1, top_p 1; `max_tokens` defaults to 16 on /v1/completions and to the rest of
+the context on chat.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class _Body(BaseModel):
     program_class: str | None = None  # of a program this request starts
     thread_id: str | None = None
     expected_tool_seconds: float | None = None
+    ttft_slo_seconds: float | None = None  # first-token deadline (server.calls.check_ttft_slo)
     # Accepted only at their "off" values (see the module docstring).
     logprobs: Any = None
     best_of: int | None = None

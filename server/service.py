@@ -122,9 +122,10 @@ class AgentixServicer:
                 prompt=await self.prompts.token_ids(convert.prompt(request)),
                 params=convert.sampling_params(request.sampling), tenant=ns.tenant,
                 thread_id=(check_thread(request.thread_id) if request.thread_id else None),
-                expected_tool_seconds=(request.expected_tool_seconds
-                                       if request.HasField("expected_tool_seconds") else None),
-                program_service=priority)
+                expected_tool_seconds=convert.optional(request, "expected_tool_seconds"),
+                program_service=priority,
+                ttft_slo_seconds=calls.check_ttft_slo(
+                    convert.optional(request, "ttft_slo_seconds")))
             stream = await self.loop.submit(calls.adder(call))
         except Exception as exc:
             await self._fail(context, ns.outer_error(exc))

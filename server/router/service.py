@@ -4,7 +4,9 @@ StartProgram, GetProgram and EndProgram are answered from the router's own recor
 (server/router/programs.py): a program is started on a replica only when a call of it is
 placed there, and ended on every replica it was started on. `ProgramInfo.engine` is the
 replica (index in `--replica` order) of the program's latest call; `swap_time` is summed
-from the replicas when the program ends. Generate places and relays (generate.py). Abort is
+from the replicas when the program ends. Generate places and relays (generate.py), with the
+client's fields as sent: `ttft_slo_seconds` (checked here first) counts from the call's
+arrival on the replica that runs it, so a transparent retry starts it afresh. Abort is
 routed to the replica that has the call. ModelInfo is a replica's. EngineStats sums the
 healthy replicas' figures (queue_depths elementwise; kv and host totals too, so a router
 of N replicas shows N pools), except `programs_active`, the router's own count (a program
@@ -30,6 +32,7 @@ from scheduler.placement.base import PlacementRequest
 from server import agentix_pb2 as pb
 from server import convert
 from server.auth import RouterTrust, TokenAuth
+from server.calls import check_ttft_slo
 from server.errors import DrainingError, abort_for
 from server.namespace import Namespace, caller_namespace, new_id
 from server.router.core import NoReplicaError, RoutedCall, Router
@@ -126,6 +129,7 @@ class RouterServicer:
             inner_call = ns.inner("call_id", call_id)
             if request.thread_id:
                 check_id("thread_id", request.thread_id)
+            check_ttft_slo(convert.optional(request, "ttft_slo_seconds"))  # forwarded as is
             program_id = (ns.inner("program_id", request.program_id)
                           if request.program_id else None)
             if program_id is not None:

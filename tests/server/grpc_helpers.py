@@ -86,6 +86,21 @@ def collect(responses) -> tuple[list[int], str, pb.Final]:
     return ids, text, final
 
 
+def live_ttft_slos(server, program_id: str) -> list[float | None]:
+    """The first-token deadlines (CallRecord.ttft_slo) of `program_id`'s live calls on
+    `server`'s engine, in arrival order; [] when the engine has no such program."""
+    from engine.errors import UnknownProgramError
+
+    def read(engine) -> list[float | None]:
+        try:
+            calls = engine.get_program(program_id).active_calls.values()
+        except UnknownProgramError:
+            return []
+        return [call.ttft_slo for call in calls]
+
+    return server.engine_loop.call(read)
+
+
 def rpc_error(fn, *args, **kwargs) -> grpc.RpcError:
     """The RpcError that `fn(*args)` raises (streams are consumed)."""
     with pytest.raises(grpc.RpcError) as info:

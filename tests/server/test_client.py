@@ -8,6 +8,7 @@ import time
 
 import grpc
 import pytest
+from grpc_helpers import live_ttft_slos
 
 from engine import LLM, EngineConfig, SamplingParams
 from server.app import start_server
@@ -261,6 +262,41 @@ def test_expected_tool_seconds_reaches_the_engine(client, server):
         prog.generate(PROMPTS[0], expected_tool_seconds=30.0, **GREEDY)
         after = stats()
         assert (after["retentions"], after["retained_blocks"]) == (before + 1, 0)
+
+
+def test_ttft_slo_seconds_is_sent_with_the_call(client, server):
+    """`ttft_slo_seconds` of stream() and generate(), sync and async, is Generate's field: a
+    live call carries it in the engine, None leaves it unset, a bad one is refused by name."""
+    start = free_blocks(server)
+    with client.program() as prog:
+        stream = prog.stream(PROMPTS[0], max_tokens=200, ignore_eos=True, ttft_slo_seconds=1.5)
+        assert isinstance(next(stream), Delta)
+        assert live_ttft_slos(server, prog.program_id) == [1.5]
+        stream.close()
+        assert prog.generate(PROMPTS[1], ttft_slo_seconds=None, **GREEDY).finish_reason == \
+            "length"
+    for refused in (lambda: client.generate(PROMPTS[0], ttft_slo_seconds=0.0, **GREEDY),
+                    lambda: list(client.stream(PROMPTS[0], ttft_slo_seconds=-1.0, **GREEDY))):
+        with pytest.raises(AgentixError) as err:
+            refused()
+        assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert err.value.details.startswith("ttft_slo_seconds must be in (0, 86400]")
+
+    async def flow() -> tuple[list[float | None], str]:
+        async with AsyncAgentixClient(server.address, timeout=30) as aclient:
+            async with aclient.program() as aprog:
+                stream = aprog.stream(PROMPTS[0], max_tokens=200, ignore_eos=True,
+                                      ttft_slo_seconds=4.0)
+                assert isinstance(await anext(stream), Delta)
+                seen = live_ttft_slos(server, aprog.program_id)
+                await stream.aclose()
+            with pytest.raises(AgentixError) as err:
+                await aclient.generate(PROMPTS[0], ttft_slo_seconds=1e6, **GREEDY)
+            return seen, err.value.details
+
+    assert asyncio.run(flow()) == ([4.0], "ttft_slo_seconds must be in (0, 86400], got 1000000.0")
+    assert wait_until(lambda: free_blocks(server) == start)
+    server.engine_loop.call(lambda engine: engine.check_integrity())
 
 
 def test_chat_messages_and_engine_stats(client):

@@ -239,6 +239,29 @@ def test_400_bad_program_class_header_names_the_field(auth_server, baseline, bad
     assert_healthy(auth_server, baseline, TOKEN_A)
 
 
+BAD_TTFT_SLO = {  # id: (path, body)
+    "chat-zero": ("/v1/chat/completions", chat(program_id="slo", ttft_slo_seconds=0.0)),
+    "completions-negative": ("/v1/completions",
+                             completion(program_id="slo", ttft_slo_seconds=-1.5)),
+    "completions-past-a-day": ("/v1/completions",
+                               completion(program_id="slo", ttft_slo_seconds=86_400.5)),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_TTFT_SLO), ids=list(BAD_TTFT_SLO))
+def test_400_bad_ttft_slo_seconds_names_the_field(auth_server, baseline, case):
+    """A first-token deadline outside (0, 86400] is refused naming it, and the program the
+    request names is not started."""
+    path, body = BAD_TTFT_SLO[case]
+    status, answer = http(auth_server, "POST", path, body, TOKEN_A)
+    message = f"ttft_slo_seconds must be in (0, 86400], got {body['ttft_slo_seconds']!r}"
+    assert_error(status, answer, 400, "invalid_request_error", (message,),
+                 param="ttft_slo_seconds")
+    status, answer = http(auth_server, "GET", "/v1/programs/slo", token=TOKEN_A)
+    assert_error(status, answer, 404, "not_found_error", ("slo",))
+    assert_healthy(auth_server, baseline, TOKEN_A)
+
+
 def test_400_stream_request_fails_before_streaming(auth_server, baseline):
     """A bad streamed request gets the JSON error, not an event stream."""
     status, answer = http(auth_server, "POST", "/v1/chat/completions",

@@ -1,7 +1,7 @@
 """The official `openai` SDK, unchanged, against the HTTP door on the tiny model: chat and
 completions, streamed and not, with greedy token ids equal to transformers'; program
 identity by `extra_body` and by `X-Program-Id` landing in one program, its class by
-`X-Program-Class` or `program_class`; n parallel choices."""
+`X-Program-Class` or `program_class`; the calls' `ttft_slo_seconds`; n parallel choices."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import urllib.request
 import openai
 import pytest
 import torch
-from grpc_helpers import server_config
+from grpc_helpers import live_ttft_slos, server_config, wait_idle
 from tiny_llama import hf_greedy
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -150,6 +150,22 @@ def test_program_class_from_the_body_or_the_header_which_wins(client, http_serve
     assert (record["program_class"], record["num_calls"]) == ("react", 2)
     for program_id in ("by-body", "by-header", "both"):
         http_server.engine_loop.call(lambda engine, p=program_id: engine.end_program(p))
+
+
+def test_ttft_slo_seconds_is_the_first_token_deadline_of_the_calls(client, http_server):
+    """The body's ttft_slo_seconds (chat or completions) is the live call's first-token
+    deadline; a call without it has the engine's (none on this server)."""
+    timed = client.chat.completions.create(  # max_tokens: the rest of the context
+        model="tiny", messages=MESSAGES, stream=True,
+        extra_body={"ignore_eos": True, "program_id": "slo", "ttft_slo_seconds": 0.75})
+    untimed = client.completions.create(model="tiny", prompt=[1, 5], max_tokens=250,
+                                        stream=True,
+                                        extra_body={"ignore_eos": True, "program_id": "slo"})
+    assert live_ttft_slos(http_server, "slo") == [0.75, None]
+    for stream in (timed, untimed):
+        stream.close()
+    http_server.engine_loop.call(lambda engine: engine.end_program("slo"))
+    wait_idle(http_server)
 
 
 def test_n_choices_run_as_threads_of_one_program(client, http_server, reference, chat_ids):

@@ -1,12 +1,13 @@
 """The router in front of two in-process replicas: exact placement, token parity, every RPC,
-cancellation and abort reaching the replica, auth as on a single server."""
+cancellation and abort reaching the replica, a call's first-token deadline forwarded, auth
+as on a single server."""
 
 from __future__ import annotations
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_helpers import SMALL, collect, gen_request, rpc_error, wait_idle
+from grpc_helpers import SMALL, collect, gen_request, live_ttft_slos, rpc_error, wait_idle
 from grpc_reflection.v1alpha import reflection_pb2
 from router_helpers import in_process_replicas, router_over, wait_until
 
@@ -157,6 +158,18 @@ def test_end_program_aborts_its_calls_on_the_replicas(router, replicas, stub, id
     assert final.finish_reason == "abort"
 
 
+def test_ttft_slo_seconds_is_forwarded_to_the_replica(router, replicas, stub, idle):
+    """Generate's ttft_slo_seconds is the deadline of the call on the replica that runs it."""
+    pid = stub.StartProgram(pb.StartProgramRequest()).program_id
+    request = gen_request([1, 5, 6], pid, **LONG)
+    request.ttft_slo_seconds = 3.0
+    stream = stub.Generate(request)
+    assert next(stream).HasField("delta")
+    assert [slo for server in replicas for slo in live_ttft_slos(server, pid)] == [3.0]
+    stream.cancel()
+    stub.EndProgram(pb.EndProgramRequest(program_id=pid))
+
+
 def test_model_info_engine_stats_health_reflection(router, replicas, stub):
     info = stub.ModelInfo(pb.ModelInfoRequest())
     direct = replicas[0].engine_loop.call(lambda e: (e.vocab_size, e.config.block_size))
@@ -190,6 +203,11 @@ def test_request_errors(router, stub, idle):
     assert err.code() == code.INVALID_ARGUMENT and err.details().startswith("thread_id")
     err = rpc_error(stub.StartProgram, pb.StartProgramRequest(program_class="c" * 129))
     assert err.code() == code.INVALID_ARGUMENT and err.details().startswith("program_class")
+    past_a_day = gen_request([1, 5], "nope")  # the router's own check, before NOT_FOUND
+    past_a_day.ttft_slo_seconds = 86_401.0
+    err = rpc_error(stub.Generate, past_a_day)
+    assert err.code() == code.INVALID_ARGUMENT
+    assert err.details() == "ttft_slo_seconds must be in (0, 86400], got 86401.0"
     err = rpc_error(stub.Generate, gen_request([1, 999_999], max_tokens=2))  # the replica's
     assert err.code() == code.INVALID_ARGUMENT and "vocabulary" in err.details()
     pid = stub.StartProgram(pb.StartProgramRequest(program_id="dup")).program_id

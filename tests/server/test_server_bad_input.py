@@ -15,6 +15,11 @@ from server import agentix_pb2_grpc
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 GOOD = [1, 5, 6]
 
+
+def with_ttft_slo(seconds: float) -> pb.GenerateRequest:
+    return pb.GenerateRequest(token_ids=pb.TokenIds(ids=GOOD), ttft_slo_seconds=seconds)
+
+
 BAD_GENERATE = {
     "empty text prompt": (pb.GenerateRequest(text=""), "prompt"),
     "empty token prompt": (pb.GenerateRequest(token_ids=pb.TokenIds(ids=[])), "prompt"),
@@ -42,6 +47,14 @@ BAD_GENERATE = {
     "tool time past a day": (pb.GenerateRequest(token_ids=pb.TokenIds(ids=GOOD),
                                                 expected_tool_seconds=1e6),
                              "expected_tool_seconds"),
+    "first-token deadline 0": (with_ttft_slo(0.0),
+                               "ttft_slo_seconds must be in (0, 86400], got 0.0"),
+    "negative first-token deadline": (with_ttft_slo(-2.0),
+                                      "ttft_slo_seconds must be in (0, 86400], got -2.0"),
+    "first-token deadline past a day": (with_ttft_slo(86_400.5),
+                                        "ttft_slo_seconds must be in (0, 86400], got 86400.5"),
+    "nan first-token deadline": (with_ttft_slo(float("nan")),
+                                 "ttft_slo_seconds must be in (0, 86400], got nan"),
 }
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from grpc_helpers import collect, gen_request, rpc_error
+from grpc_helpers import collect, gen_request, live_ttft_slos, rpc_error
 
 from engine import LLM, SamplingParams
 from server import agentix_pb2 as pb
@@ -103,6 +103,22 @@ def test_program_class_reaches_the_process_table(grpc_server, stub, clean):
     assert stub.GetProgram(pb.GetProgramRequest(program_id=plain)).program_class == ""
     for program_id in (pid, plain):
         stub.EndProgram(pb.EndProgramRequest(program_id=program_id))
+
+
+def test_ttft_slo_seconds_reaches_the_call_record(grpc_server, stub, clean):
+    """Generate's ttft_slo_seconds is the live call's first-token deadline; a call without
+    one has the engine's (none on this server)."""
+    pid = stub.StartProgram(pb.StartProgramRequest()).program_id
+    timed = gen_request(PROMPTS[0], pid, max_tokens=200, ignore_eos=True)
+    timed.ttft_slo_seconds = 2.5
+    streams = [stub.Generate(timed),
+               stub.Generate(gen_request(PROMPTS[1], pid, max_tokens=200, ignore_eos=True))]
+    for stream in streams:
+        assert next(stream).HasField("delta")
+    assert live_ttft_slos(grpc_server, pid) == [2.5, None]
+    for stream in streams:
+        stream.cancel()
+    stub.EndProgram(pb.EndProgramRequest(program_id=pid))
 
 
 def test_text_prompt_equals_token_prompt(stub, clean, reference):
