@@ -15,6 +15,7 @@ class FinishReason:
     STOP = "stop"        # EOS, a stop token id or a stop string
     LENGTH = "length"    # max_tokens or the model's context length
     ABORT = "abort"      # aborted by the client
+    ERROR = "error"      # part of a step that failed (StepFailedError)
 
 
 @dataclass(eq=False)

@@ -1,13 +1,14 @@
-"""Errors the engine raises for bad requests (ValueError or KeyError subclasses), and
-ProgramLimitError for a full engine, so a caller can map them to status codes without
-parsing messages."""
+"""Errors the engine raises for bad requests (ValueError or KeyError subclasses),
+ProgramLimitError for a full engine, and StepFailedError for a step that raised, so a
+caller can map them to status codes without parsing messages."""
 
 from __future__ import annotations
 
 from scheduler.ids import short
 from scheduler.process_table import ProgramExistsError, ProgramLimitError, UnknownProgramError
 
-__all__ = ["DuplicateCallError", "ProgramExistsError", "ProgramLimitError", "UnknownProgramError"]
+__all__ = ["DuplicateCallError", "ProgramExistsError", "ProgramLimitError", "StepFailedError",
+           "UnknownProgramError"]
 
 
 class DuplicateCallError(ValueError):
@@ -15,3 +16,17 @@ class DuplicateCallError(ValueError):
 
     def __str__(self) -> str:
         return f"call_id {short(self.args[0])} is already in use"
+
+
+class StepFailedError(RuntimeError):
+    """A step raised after it was planned (in the executor, or applying its result); the
+    original exception is `__cause__`. The calls the step named (`call_ids`) have finished
+    with reason "error" and released all their blocks; every other call is untouched, and
+    the engine can go on stepping."""
+
+    def __init__(self, call_ids: list[str]) -> None:
+        super().__init__(call_ids)
+        self.call_ids = call_ids
+
+    def __str__(self) -> str:
+        return f"step failed; {len(self.call_ids)} call(s) in it failed"

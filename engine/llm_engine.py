@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 from engine.call import Call, FinishReason
 from engine.config import EngineConfig
 from engine.detokenizer import StopStringScanner
-from engine.errors import DuplicateCallError
+from engine.errors import DuplicateCallError, StepFailedError
 from engine.executor import Executor, StepResult
 from engine.kv_spec import kv_cache_spec
 from engine.loader import ModelInfo, read_model_dir, read_model_info
@@ -77,7 +77,7 @@ class LLMEngine:
             make_policy(config.policy))
         self.calls: dict[str, Call] = {}
         self._arrivals = itertools.count()
-        self._aborted: list[StepOutput] = []
+        self._ended: list[StepOutput] = []
         self.counters = EngineCounters()
 
     # ----- programs ---------------------------------------------------------------------
@@ -182,7 +182,7 @@ class LLMEngine:
     def _mark_aborted(self, call: Call, record: CallRecord) -> None:
         """Record the end of a call the scheduler has already finished."""
         self._set_result(call, FinishReason.ABORT, record)
-        self._aborted.append(StepOutput(call.call_id, [], True, FinishReason.ABORT))
+        self._ended.append(StepOutput(call.call_id, [], True, FinishReason.ABORT))
 
     def tokenize_prompt(self, prompt: Prompt) -> list[int]:
         """The prompt's token ids, or a ValueError naming what is wrong with it. Safe from
@@ -218,20 +218,35 @@ class LLMEngine:
 
     # ----- the step ---------------------------------------------------------------------
     def step(self) -> list[StepOutput]:
+        """Plan, execute and apply one step. If executing or applying raises, the step is
+        undone (`_fail_step`) and StepFailedError is raised from the original error."""
         plan = self.scheduler.schedule(self.clock())
-        result = self.executor.execute(plan)
-        return self.apply(plan, result)
+        try:
+            result = self.executor.execute(plan)
+            return self.apply(plan, result)
+        except Exception as exc:
+            raise StepFailedError(self._fail_step(plan)) from exc
+
+    def _fail_step(self, plan: SchedulePlan) -> list[str]:
+        """The calls `plan` names end with reason ERROR, their blocks freed, and nothing the
+        step's copies were to write is ever served (Scheduler.abort_step). Their final
+        outputs come with the next step; returns their ids."""
+        failed = self.scheduler.abort_step(plan, self.clock())
+        for call, record in failed:
+            self._set_result(call, FinishReason.ERROR, record)
+            self._ended.append(StepOutput(call.call_id, [], True, FinishReason.ERROR))
+        return [call.call_id for call, _ in failed]
 
     def apply(self, plan: SchedulePlan, result: StepResult) -> list[StepOutput]:
         """Hand the step to the scheduler (service, tokens, blocks, stop tokens and lengths),
         then cut stop strings and fix the results of finished calls. Also returns the final
-        outputs of calls aborted since the last step."""
+        outputs of calls aborted, or failed with a step, since the last step."""
         now = self.clock()
         sampled = self.scheduler.update(plan, result.tokens, now, result.swap_seconds)
         self.counters.swap_out_bytes += len(plan.swap_out) * self.kv_spec.bytes_per_block
         self.counters.swap_in_bytes += len(plan.swap_in) * self.kv_spec.bytes_per_block
         self.counters.generation_tokens += len(sampled)
-        outputs, self._aborted = self._aborted, []
+        outputs = []
         for item in sampled:
             call, reason = item.call, item.finish_reason
             if call.first_token_time is None:
@@ -244,6 +259,7 @@ class LLMEngine:
             elif reason is not None:
                 self._finish(call, reason)
             outputs.append(StepOutput(call.call_id, [item.token], reason is not None, reason))
+        outputs, self._ended = self._ended + outputs, []
         return outputs
 
     def _cut_stop_string(self, call: Call) -> bool:

@@ -122,6 +122,20 @@ class BlockPool:
                 else:
                     self._plain[block] = None
 
+    def num_cached_free_of(self, owner: Hashable) -> int:
+        """Cached free blocks last freed by `owner`."""
+        return self._cached.count_of(owner)
+
+    @property
+    def num_counted_free(self) -> int:
+        """Cached free blocks of the owners marked counted (`set_counted`)."""
+        return self._cached.num_counted
+
+    def set_counted(self, owner: Hashable, counted: bool) -> None:
+        """Count `owner`'s cached free blocks, now and later, in `num_counted_free` (or stop
+        counting them): evicting or reviving one takes it out of the count."""
+        self._cached.set_counted(owner, counted)
+
     def set_rank(self, owner: Hashable, rank: float) -> int:
         """Re-rank every cached free block last freed by `owner`; returns how many moved."""
         return self._cached.set_rank(owner, rank)
@@ -150,6 +164,16 @@ class BlockPool:
         if block_id in self._index:
             raise KVCacheIntegrityError(f"block {block_id}: already cached under another hash")
         self._index.add(block_id, block_hash, token_ids)
+
+    def unregister(self, block_id: int) -> None:
+        """Drop the block from the prefix index (its content is not what the index says); a
+        cached free block becomes plain free. No-op for a block not in the index."""
+        if block_id not in self._index:
+            return
+        self._index.remove(block_id)
+        if block_id in self._cached:
+            self._cached.remove(block_id)
+            self._plain[block_id] = None
 
     def lookup(self, block_hash: int, token_ids: Sequence[int]) -> int | None:
         """The cached block with this hash AND these token ids, else None. Changes nothing."""

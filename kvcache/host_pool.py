@@ -90,6 +90,10 @@ class HostBlockPool:
         """The cached host block with this hash and these token ids, else None."""
         return self._index.lookup(block_hash, token_ids)
 
+    def is_cached(self, block: int) -> bool:
+        """Whether the block holds a findable prefix block."""
+        return block in self._cached
+
     def take(self, block: int) -> None:
         """Claim a cached block for a copy back to the device: it leaves the index and is
         held (free it once the copy has run)."""

@@ -52,7 +52,9 @@ class KVCacheManager:
     return the copies the executor must make in the same step, before anything else writes
     those blocks (device-to-host copies first). Host blocks read by this step's copies, and
     host blocks being written by its offloads, are held until `end_step` (call it once the
-    step has run), so no copy of a step can clobber another.
+    step has run), so no copy of a step can clobber another. A step that failed calls
+    `abort_step` instead: nothing its copies were to write is ever served (its offloads are
+    not stored, the blocks it fetched leave the prefix index).
     """
 
     def __init__(
@@ -77,6 +79,7 @@ class KVCacheManager:
         self._offloaded: list[_Offload] = []  # this step's; stored on host at end_step
         self._num_offloads_taken = 0  # of them, copies handed to the plan already
         self._host_in_flight: list[int] = []  # host blocks read by this step's copies
+        self._fetched: list[int] = []  # device blocks fetch_prefix indexed this step
         self.num_offloaded_blocks = 0
         self.num_fetched_blocks = 0
 
@@ -114,6 +117,21 @@ class KVCacheManager:
         leaves findable)."""
         state = self._calls.get(call_id)
         return min(state.num_registered, len(state.device)) if state else 0
+
+    def num_kept_blocks_of(self, owner: Hashable) -> int:
+        """Device blocks that frees left cached under `owner` and nothing has evicted or
+        revived since (what keeping `owner`'s KV really holds of the device)."""
+        return self.pool.num_cached_free_of(owner)
+
+    @property
+    def num_retained_blocks(self) -> int:
+        """Device blocks kept (see `num_kept_blocks_of`) for the owners marked retained."""
+        return self.pool.num_counted_free
+
+    def set_retained(self, owner: Hashable, retained: bool) -> None:
+        """Mark `owner` retained (its kept device blocks, now and later, count in
+        `num_retained_blocks`) or not."""
+        self.pool.set_counted(owner, retained)
 
     def num_host_blocks_of(self, call_id: Hashable) -> int:
         state = self._calls.get(call_id)
@@ -176,6 +194,7 @@ class KVCacheManager:
         for i, d in enumerate(device, start=first):  # type: ignore[arg-type]
             self.pool.register(d, state.hashes[i], token_ids[i * size:(i + 1) * size])
         self._host_in_flight.extend(host)
+        self._fetched.extend(device)  # type: ignore[arg-type]
         state.device = state.device + device
         state.num_registered = len(state.device)
         self.num_fetched_blocks += num_blocks
@@ -314,7 +333,24 @@ class KVCacheManager:
             else:
                 self.host_pool.store(offload.host_block, offload.block_hash,
                                      offload.token_ids, offload.rank, offload.owner)
-        self._offloaded, self._num_offloads_taken = [], 0
+        self._release_step()
+
+    def abort_step(self) -> None:
+        """The step failed: its copies may not have run, in whole or in part. So its offloads
+        are not stored (their host blocks are freed), the device blocks `fetch_prefix`
+        indexed leave the prefix index (their holders still hold them; freed, they are plain
+        free blocks), and the host blocks its copies read are freed (a fetched prefix's
+        host copy included). The calls whose blocks the step was to write are the caller's
+        to free (`free`): what they hold past their computed tokens is never indexed."""
+        for offload in self._offloaded:
+            self.host_pool.free([offload.host_block])
+        for block in self._fetched:
+            self.pool.unregister(block)
+        self._release_step()
+
+    def _release_step(self) -> None:
+        """Forget the step's offloads and fetches; free the host blocks its copies read."""
+        self._offloaded, self._num_offloads_taken, self._fetched = [], 0, []
         if self._host_in_flight:
             self.host_pool.free(self._host_in_flight)
             self._host_in_flight = []

@@ -16,7 +16,9 @@ from collections.abc import Hashable, Iterator
 
 
 class RankedFreeList:
-    """Blocks keyed by id, each with a rank and an owner (any hashable, or None)."""
+    """Blocks keyed by id, each with a rank and an owner (any hashable, or None). A set of
+    owners may be marked counted: `num_counted` is the number of their blocks here, kept
+    up to date as blocks come and go."""
 
     def __init__(self) -> None:
         self._buckets: dict[float, OrderedDict[int, None]] = {}
@@ -26,6 +28,8 @@ class RankedFreeList:
         self._blocks_of: dict[Hashable, set[int]] = {}
         self._seq_of: dict[int, int] = {}  # when each block was added: LRU across re-ranks
         self._seq = itertools.count()
+        self._counted: set[Hashable] = set()
+        self._num_counted = 0
 
     def __len__(self) -> int:
         return len(self._rank_of)
@@ -51,6 +55,7 @@ class RankedFreeList:
         if owner is not None:
             self._owner_of[block] = owner
             self._blocks_of.setdefault(owner, set()).add(block)
+            self._num_counted += owner in self._counted
 
     def remove(self, block: int) -> None:
         """Take `block` off the list (revived or evicted); KeyError if it is not here."""
@@ -63,6 +68,28 @@ class RankedFreeList:
             owned.discard(block)
             if not owned:
                 del self._blocks_of[owner]
+            self._num_counted -= owner in self._counted
+
+    def count_of(self, owner: Hashable) -> int:
+        """Blocks of `owner` on the list."""
+        return len(self._blocks_of.get(owner, ()))
+
+    @property
+    def num_counted(self) -> int:
+        """Blocks on the list whose owner is marked counted."""
+        return self._num_counted
+
+    def set_counted(self, owner: Hashable, counted: bool) -> None:
+        """Mark `owner` counted (its blocks here, now and later, are in `num_counted`) or
+        not; marking it as it already is changes nothing."""
+        if counted == (owner in self._counted):
+            return
+        if counted:
+            self._counted.add(owner)
+            self._num_counted += self.count_of(owner)
+        else:
+            self._counted.remove(owner)
+            self._num_counted -= self.count_of(owner)
 
     def set_rank(self, owner: Hashable, rank: float) -> int:
         """Move every block of `owner` to `rank`; they become the most recent there, keeping

@@ -1,9 +1,10 @@
-"""Per-call deadlines (first token, inter-token gap): one current deadline per call, popped
-when due.
+"""Per-call deadlines (first token, inter-token gap, starvation): one live deadline per call,
+popped when due.
 
 A newer `watch` of a call replaces its deadline and `forget` drops it; their old heap
-entries are skipped when they come up, so the live map never holds more than the calls
-watched, and the heap only what falls due within the deadlines' horizon.
+entries are skipped when they come up, and once such stale entries make up more than half
+of the heap it is rebuilt from the live deadlines (amortized O(1) per call), so the heap
+never holds more than twice the calls watched, however many calls come and go.
 """
 
 from __future__ import annotations
@@ -15,27 +16,41 @@ import itertools
 class DeadlineWatch:
     def __init__(self) -> None:
         self._heap: list[tuple[float, int, str]] = []
-        self._current: dict[str, float] = {}
+        self._current: dict[str, tuple[float, int]] = {}  # call -> its live (deadline, tie)
         self._tie = itertools.count()
 
     def __len__(self) -> int:
         """Calls with a live deadline."""
         return len(self._current)
 
+    @property
+    def num_entries(self) -> int:
+        """Heap entries, live and stale: at most `2 * len(self)`."""
+        return len(self._heap)
+
     def watch(self, call_id: str, deadline: float) -> None:
-        self._current[call_id] = deadline
-        heapq.heappush(self._heap, (deadline, next(self._tie), call_id))
+        entry = (deadline, next(self._tie))
+        self._current[call_id] = entry
+        heapq.heappush(self._heap, (*entry, call_id))
+        self._compact()
 
     def forget(self, call_id: str) -> None:
-        self._current.pop(call_id, None)
+        if self._current.pop(call_id, None) is not None:
+            self._compact()
 
     def due(self, now: float) -> list[str]:
-        """The calls whose live deadline is at or before `now`, in deadline order; they are
-        no longer watched."""
+        """The calls whose live deadline is at or before `now`, in deadline order (ties in
+        watch order); they are no longer watched."""
         ids = []
         while self._heap and self._heap[0][0] <= now:
-            deadline, _, call_id = heapq.heappop(self._heap)
-            if self._current.get(call_id) == deadline:
+            deadline, tie, call_id = heapq.heappop(self._heap)
+            if self._current.get(call_id) == (deadline, tie):
                 del self._current[call_id]
                 ids.append(call_id)
+        self._compact()
         return ids
+
+    def _compact(self) -> None:
+        if len(self._heap) > 2 * len(self._current):
+            self._heap = [(*entry, call_id) for call_id, entry in self._current.items()]
+            heapq.heapify(self._heap)

@@ -18,7 +18,9 @@ Tool-call retention: when a program's last active call finishes, its KV is retai
 `retention_ttl_factor` x the expected tool time (the call's hint, else the program's mean
 observed gap, else `retention_prior_seconds`), capped by `retention_max_seconds`, while the
 retained blocks of all programs stay within `retention_budget` of the pool; past either, the
-blocks fall back to the live, not retained rank. Expiry pops a deadline heap once per round.
+blocks fall back to the live, not retained rank. The retained blocks are counted as they are
+now on the device (the KV cache counts them for the programs marked retained): blocks evicted
+since, or taken back by a call, no longer count. Expiry pops a deadline heap once per round.
 
 With `kv_memory="lru"` every rank is 0 and admissions may evict anything (plain LRU).
 """
@@ -42,9 +44,10 @@ UNLIMITED = float("inf")
 class ProgramMemory:
     """Sets the ranks of programs' cached KV and tracks tool-call retention.
 
-    Owns: the retention records (program id -> retained block count and deadline) and their
-    expiry heap. The KV cache owns the blocks; this only re-ranks them through
-    `KVCacheManager.set_rank`, keyed by program id.
+    Owns: the retention records (program id -> deadline) and their expiry heap. The KV cache
+    owns the blocks; this only re-ranks them through `KVCacheManager.set_rank`, keyed by
+    program id, and marks retained programs (`set_retained`) so the cache counts their
+    blocks.
     """
 
     def __init__(self, config: SchedulerConfig, kv: KVCacheManager, policy: Policy,
@@ -55,8 +58,7 @@ class ProgramMemory:
         self.policy = policy
         self.num_levels = num_levels
         self.budget_blocks = int(config.retention_budget * kv.pool.num_usable)
-        self._retained: dict[str, tuple[int, float]] = {}  # program -> (blocks, deadline)
-        self._retained_blocks = 0
+        self._retained: dict[str, float] = {}  # program -> deadline
         self._expiry: list[tuple[float, int, str]] = []
         self._tie = itertools.count()
         self.num_retained = 0
@@ -66,7 +68,8 @@ class ProgramMemory:
 
     @property
     def retained_blocks(self) -> int:
-        return self._retained_blocks
+        """Device blocks the retained programs keep now (evicted ones are not counted)."""
+        return self.kv.num_retained_blocks
 
     def rank(self, level: int, retention: Retention) -> float:
         if not self.enabled:
@@ -94,19 +97,20 @@ class ProgramMemory:
                  now: float) -> float:
         """`call` of `program` finished and leaves `num_blocks` cached blocks; its next call
         would enter `level`. Returns the rank for them (QUEUED if the program has other
-        active calls, TOOL_CALL if a retention fits the budget, else NONE); its other cached
-        blocks move to that rank too."""
+        active calls, TOOL_CALL if a retention of them and of the program's other cached
+        blocks fits the budget, else NONE); those other blocks move to that rank too."""
         if not self.enabled or (program.ephemeral and not program.active_calls):
             return NO_OWNER_RANK
         if program.active_calls:
             return self.rank(level, Retention.QUEUED)
         self._release(program.program_id)
         ttl = self.retention_seconds(program, call)
-        retained = 0 < ttl and self._retained_blocks + num_blocks <= self.budget_blocks
+        num_blocks += self.kv.num_kept_blocks_of(program.program_id)
+        retained = 0 < ttl and self.retained_blocks + num_blocks <= self.budget_blocks
         if retained:
             deadline = now + ttl
-            self._retained[program.program_id] = (num_blocks, deadline)
-            self._retained_blocks += num_blocks
+            self._retained[program.program_id] = deadline
+            self.kv.set_retained(program.program_id, True)
             heapq.heappush(self._expiry, (deadline, next(self._tie), program.program_id))
             self.num_retained += 1
         rank = self.rank(level, Retention.TOOL_CALL if retained else Retention.NONE)
@@ -137,8 +141,7 @@ class ProgramMemory:
         level the program's next call would enter (None if it is no longer live)."""
         while self._expiry and self._expiry[0][0] <= now:
             deadline, _, program_id = heapq.heappop(self._expiry)
-            held = self._retained.get(program_id)
-            if held is None or held[1] != deadline:
+            if self._retained.get(program_id) != deadline:
                 continue  # released or renewed since
             self._release(program_id)
             self.num_retention_expired += 1
@@ -147,6 +150,5 @@ class ProgramMemory:
                              else self.rank(level, Retention.NONE))
 
     def _release(self, program_id: str) -> None:
-        held = self._retained.pop(program_id, None)
-        if held is not None:
-            self._retained_blocks -= held[0]
+        if self._retained.pop(program_id, None) is not None:
+            self.kv.set_retained(program_id, False)

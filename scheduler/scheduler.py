@@ -31,7 +31,7 @@ from scheduler.preemption import (PreemptionKind, TransferRates, choose_preempti
                                   preemption_costs)
 from scheduler.process_table import CallRecord, ProcessTable, ProgramRecord
 from scheduler.queues import LevelQueues, QueueLevels
-from scheduler.starvation import StarvationWatch, starvation_ratio
+from scheduler.starvation import starvation_ratio
 
 PROVISIONAL_QUANTUM_SECONDS = 1.0
 TOKEN_MODE_QUANTUM = 256.0
@@ -72,7 +72,7 @@ class Scheduler:
         self.queued = LevelQueues(self.num_levels)
         self.calls: dict[str, SchedulableCall] = {}
         self.records: dict[str, CallRecord] = {}
-        self.starvation = StarvationWatch()
+        self.starvation = DeadlineWatch()  # waiting calls below the top level only
         self.deadlines = DeadlineWatch()
         self._seq = itertools.count()
         self._step_times: list[float] = []
@@ -217,6 +217,7 @@ class Scheduler:
                 queues.remove(call.call_id)
         del self.calls[call.call_id]
         self.deadlines.forget(call.call_id)
+        self.starvation.forget(call.call_id)
         call.status = CallStatus.FINISHED
         self._stop_waiting(record, now)
         program = self.table.get(record.program_id)
@@ -254,6 +255,27 @@ class Scheduler:
             sampled.append(SampledToken(call, token, reason, record))
         self.kv.end_step()
         return sampled
+
+    def abort_step(self, plan: SchedulePlan, now: float
+                   ) -> list[tuple[SchedulableCall, CallRecord]]:
+        """The step of `plan` raised after planning: its copies and its forward may have run
+        in part or not at all (a partial `update` included). Ends the multistep round, has
+        the KV cache drop what the step's copies were to write (`abort_step`: no offload of
+        it is stored, no block it fetched stays findable), and finishes every call the plan
+        names (its chunks, preempted and swapped calls), releasing all their blocks. Returns
+        those calls with their final records; calls the plan does not name are untouched."""
+        self._round_calls, self._round_steps_left = [], 0
+        self.kv.abort_step()
+        named = {chunk.call.call_id: chunk.call for chunk in plan.chunks}
+        for call_id in (*plan.preempted, *plan.swapped):
+            if call_id in self.calls:
+                named.setdefault(call_id, self.calls[call_id])
+        failed = []
+        for call in named.values():
+            record = self.finish(call, now)
+            if record is not None:
+                failed.append((call, record))
+        return failed
 
     def _charge(self, plan: SchedulePlan, seconds: float, swap_seconds: float) -> None:
         """Charge each call that ran in `plan` its service (the step time, or in token mode
@@ -416,6 +438,7 @@ class Scheduler:
         record.promoted = False
         self._stop_waiting(record, now)
         self.queued.remove(call.call_id)
+        self.starvation.forget(call.call_id)
         call.status = CallStatus.RUNNING
         self.running.add(call.call_id, record.queue, record.order)
         self._add_chunk(call, n, plan, rnd)
@@ -572,6 +595,7 @@ class Scheduler:
         """Move a queued call to the top level with that level's quantum (`promoted`
         unless it `may_preempt` lower levels to get in)."""
         self.queued.remove(record.call_id)
+        self.starvation.forget(record.call_id)  # at the top level: nothing to starve for
         self._stop_waiting(record, now)
         record.queue = 0
         record.promoted = not may_preempt

@@ -98,6 +98,38 @@ def test_evicted_blocks_are_offloaded_then_host_cached_then_fetched_back():
     mgr.check_integrity()
 
 
+def test_an_aborted_step_stores_no_offload_and_leaves_no_fetched_block_findable():
+    mgr = make_manager()
+    assert cached_then_evicted(mgr, rank=2.0) == [(2, 0), (1, 1)]
+    mgr.abort_step()  # the copies of a's blocks to host blocks 0 and 1 may not have run
+    mgr.check_integrity()
+    assert (mgr.host_pool.num_cached, mgr.num_free_host_blocks) == (0, 4)
+    mgr.end_step()  # the next step stores nothing either
+    assert (mgr.host_pool.num_cached, mgr.num_free_host_blocks) == (0, 4)
+    assert [host_block_of(mgr, PROMPT, i) for i in (0, 1)] == [None, None]
+    mgr.free("b")
+    mgr.check_integrity()
+
+    # A fetch whose step aborts: the device blocks leave the index, the host copies go.
+    mgr = make_manager()
+    cached_then_evicted(mgr, rank=2.0)
+    mgr.end_step()  # this time the offloads ran: a's blocks are host-cached
+    mgr.free("b")
+    assert mgr.match_prefix("c", PROMPT) == 0
+    assert mgr.fetch_prefix("c", PROMPT, 2) == [(1, 1), (0, 2)]
+    assert mgr.pool.is_cached(1) and mgr.pool.is_cached(2)
+    mgr.abort_step()
+    mgr.check_integrity()
+    assert not mgr.pool.is_cached(1) and not mgr.pool.is_cached(2)
+    assert (mgr.host_pool.num_cached, mgr.num_free_host_blocks) == (0, 4)
+    mgr.free("c")  # the unwritten blocks go back plain, findable nowhere
+    mgr.check_integrity()
+    assert (mgr.pool.num_cached_free, mgr.num_free_blocks) == (0, 7)
+    assert mgr.match_prefix("d", PROMPT) == 0 and mgr.host_prefix_blocks("d", PROMPT) == 0
+    mgr.free("d")
+    mgr.check_integrity()
+
+
 @pytest.mark.parametrize("rank, offloaded", [(0.0, False), (0.5, False), (1.0, True),
                                              (2.0, True)])
 def test_only_ranks_at_or_above_the_minimum_are_offloaded(rank, offloaded):

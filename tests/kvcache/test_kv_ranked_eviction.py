@@ -133,6 +133,27 @@ def test_incref_revives_a_ranked_block_and_a_later_free_ranks_it_anew():
     pool.check_integrity({b: 1 for b in range(1, 6)})
 
 
+def test_counted_owners_blocks_leave_the_count_when_evicted_revived_or_unregistered():
+    pool = cached_pool(8)
+    pool.free([1, 2, 3], owner="a", rank=2.0)
+    pool.free([4], owner="b", rank=1.0)
+    pool.set_counted("a", True)
+    assert (pool.num_counted_free, pool.num_cached_free_of("a")) == (3, 3)
+    pool.set_counted("a", True)  # again: no change
+    pool.free([5], owner="a", rank=2.0)  # joins the count
+    pool.set_rank("a", 3.0)  # re-ranking keeps it
+    assert pool.num_counted_free == 4
+    pool.incref([2])  # revived
+    pool.unregister(3)  # its content is not what the index says: plain free now
+    assert (pool.num_counted_free, pool.is_cached(3), pool.free_rank(3)) == (2, False, None)
+    assert pool.allocate(2) == [3, 4]  # the plain block, then b's (lowest rank)
+    assert pool.allocate(1) == [1]  # evicted: a's least recently freed left
+    assert pool.num_counted_free == 1  # block 5
+    pool.set_counted("a", False)
+    assert (pool.num_counted_free, pool.num_cached_free_of("a")) == (0, 1)
+    pool.check_integrity({1: 1, 2: 1, 3: 1, 4: 1, 6: 1, 7: 1})
+
+
 def test_allocate_up_to_a_rank_refuses_when_only_higher_ranks_are_left():
     pool = cached_pool(8)
     pool.free([7])  # rank 0

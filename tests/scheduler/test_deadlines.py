@@ -29,6 +29,20 @@ def test_watch_pops_only_live_deadlines_in_order():
     assert len(watch) == 0
 
 
+def test_the_heap_holds_at_most_twice_the_live_deadlines_under_churn():
+    watch = DeadlineWatch()
+    for i in range(1000):  # far deadlines, forgotten long before they fall due
+        watch.watch(f"c{i}", 1e6 + i)
+        watch.watch(f"c{i}", 2e6 + i)  # replaced
+        if i >= 3:
+            watch.forget(f"c{i - 3}")
+        assert watch.num_entries <= 2 * len(watch)
+    assert len(watch) == 3
+    watch.watch("tie", 2e6 + 998)  # same deadline as c998, watched later
+    assert watch.due(3e6) == ["c997", "c998", "tie", "c999"]
+    assert (len(watch), watch.num_entries) == (0, 0)
+
+
 def old_call_behind_newcomers(ttft_slo: float | None, **config) -> Sim:
     """`old` has had 75 of service (queue level 3 for its next call); at t = 40 two
     one-call programs arrive with old-5 (prompt 8, output 8 each); runs to the end."""

@@ -180,6 +180,33 @@ def test_the_retention_budget_counts_only_the_blocks_it_keeps():
     assert sim.scheduler.stats()["retained_blocks"] == 2
 
 
+def test_the_retention_budget_counts_only_the_blocks_still_kept_on_the_device():
+    """Retained blocks evicted since (here: offloaded to host) leave the budget, so a second
+    program fits in it again; blocks a call takes back leave it too."""
+    sim = make_sim(num_blocks=9, num_host_blocks=4, retention_budget=0.25)  # 2 blocks
+    a1 = run_first_call(sim)  # A retains blocks 1 and 2
+    assert sim.scheduler.stats()["retained_blocks"] == 2
+    sim.scheduler.start_program(sim.now, "X", ephemeral=True)
+    add_call(sim, "X", "x1", range(300, 328), 1)  # 7 blocks: 6 plain and A's tail block
+    assert sim.step().swap_out == [(2, 0)]
+    assert (sim.completed[-1], ranks(sim, (1,))) == ("x1", [RETAINED_L1])
+    assert sim.scheduler.stats()["retained_blocks"] == 1
+
+    sim.start("C")
+    add_call(sim, "C", "c1", range(500, 504), 2, expected=10.0)  # leaves 1 cached block
+    sim.run_until("c1")
+    stats = sim.scheduler.stats()
+    assert (stats["retentions"], stats["retained_blocks"]) == (2, 2)  # A's 1 and C's 1
+    assert ranks(sim, (1, 2, 3)) == [RETAINED_L1, RETAINED_L1 + 3, None]  # C's: level 0
+
+    sim.start("B")  # a prefix hit on A's block takes it off the cached list while b1 runs
+    add_call(sim, "B", "b1", a1.all_token_ids[:4] + [7, 8], 4)
+    sim.step()
+    assert (sim.calls["b1"].num_cached_tokens, sim.kv.block_table("b1")[0]) == (4, 1)
+    assert sim.scheduler.stats()["retained_blocks"] == 1
+    sim.run_clean()
+
+
 def test_ending_a_program_ranks_its_kv_zero_and_releases_its_retention():
     sim = make_sim()
     run_first_call(sim)

@@ -197,6 +197,24 @@ def test_a_promoted_call_waits_for_room_instead_of_preempting():
     assert sim.scheduler.num_promotions == 1
 
 
+def test_the_starvation_watch_holds_only_waiting_calls_under_churn():
+    """Calls far from starving (beta 5 of 100 service: 500 steps) come and go, one a step,
+    through two seats: only those still waiting are watched, and stale heap entries never
+    exceed the live ones."""
+    sim = Sim("plas", **{**BASE, "max_num_seqs": 2, "num_queues": 3, "starvation_beta": 5.0})
+    watch = sim.scheduler.starvation
+    for i in range(150):
+        sim.start(f"p{i}")
+        sim.scheduler.table.get(f"p{i}").service = 100.0  # level 2
+        sim.call(f"p{i}", f"c{i}", prompt_len=2, output_len=3)
+        sim.step()
+        assert len(watch) == sim.scheduler.num_waiting
+        assert watch.num_entries <= 2 * len(watch)
+    assert (len(watch), len(sim.completed)) == (50, 99)  # and 1 running
+    sim.run_clean()
+    assert (len(watch), watch.num_entries, sim.scheduler.num_promotions) == (0, 0, 0)
+
+
 def test_anti_starvation_off_never_promotes():
     sim = Sim("plas", **{**BASE, "num_queues": 3, "starvation_beta": 0})
     sim.start("old")
