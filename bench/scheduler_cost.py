@@ -30,11 +30,12 @@ TRAINED_PROGRAMS = 1000
 
 
 def trained(policy: Policy) -> Policy:
-    """`policy` after seeing `TRAINED_PROGRAMS` finished programs: Pareto-like sizes from 16
-    to about 16,000 tokens of service, 64 tokens generated each (only a learning policy
-    keeps anything)."""
+    """`policy` after seeing `TRAINED_PROGRAMS` finished programs: Pareto sizes from 16 to
+    16,000 tokens of service (16 / (1 - u) for u = 0, 0.001, ... 0.999, in a scrambled
+    order), 64 tokens generated each (only a learning policy keeps anything)."""
     for i in range(TRAINED_PROGRAMS):
-        record = ProgramRecord(f"done-{i}", None, 0.0, service=16.0 / (1 - (i % 1000) / 1000),
+        u = (i * 7919 % TRAINED_PROGRAMS) / TRAINED_PROGRAMS
+        record = ProgramRecord(f"done-{i}", None, 0.0, service=16.0 / (1 - u),
                                generated_tokens=64)
         policy.program_ended(record, 0.0)
     return policy

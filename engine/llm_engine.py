@@ -30,7 +30,18 @@ from scheduler.process_table import CallRecord, ProgramRecord
 from scheduler.scheduler import Scheduler
 
 Prompt = str | Sequence[int] | ChatPrompt
-MAX_EXPECTED_TOOL_SECONDS = 86_400.0
+MAX_EXPECTED_TOOL_SECONDS = 86_400.0  # it bounds ttft_slo_seconds too
+
+
+def check_ttft_slo(seconds: float | None) -> float | None:
+    """A call's first-token deadline (seconds after it arrives): None (the engine's default)
+    or a number in (0, MAX_EXPECTED_TOOL_SECONDS], else ValueError naming ttft_slo_seconds
+    (NaN included). Returns `seconds`; the doors call it off the engine thread too."""
+    if seconds is not None and not (isinstance(seconds, (int, float))
+                                    and 0 < seconds <= MAX_EXPECTED_TOOL_SECONDS):
+        raise ValueError(f"ttft_slo_seconds must be in (0, {MAX_EXPECTED_TOOL_SECONDS:g}], "
+                         f"got {seconds!r}")
+    return seconds
 
 
 class LLMEngine:
@@ -145,11 +156,7 @@ class LLMEngine:
                 and 0 <= expected_tool_seconds <= MAX_EXPECTED_TOOL_SECONDS):
             raise ValueError(f"expected_tool_seconds must be in [0, "
                              f"{MAX_EXPECTED_TOOL_SECONDS:g}], got {expected_tool_seconds!r}")
-        if ttft_slo_seconds is not None and not (
-                isinstance(ttft_slo_seconds, (int, float))
-                and 0 < ttft_slo_seconds <= MAX_EXPECTED_TOOL_SECONDS):
-            raise ValueError(f"ttft_slo_seconds must be in (0, "
-                             f"{MAX_EXPECTED_TOOL_SECONDS:g}], got {ttft_slo_seconds!r}")
+        check_ttft_slo(ttft_slo_seconds)
         if not isinstance(params, SamplingParams):
             raise ValueError(f"params must be SamplingParams, got {type(params).__name__}")
         if params.stop and self.tokenizer is None:

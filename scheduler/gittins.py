@@ -10,17 +10,18 @@ serving the highest index first minimises the mean weighted response time in an 
 (Gittins; Aalto, Ayesta and Righter 2009; Scully et al. 2021). With reward W = 1 it targets
 the mean response time; here W = 1 / (tokens the program generated), so it targets the mean
 *normalised* latency, the paper's metric. On an empirical distribution the supremum is taken
-at a sample's size, so each index is one pass over the samples above a.
+at a sample's size, so each index is one pass over the samples above a (see
+`gittins_index` for how the samples are read as a distribution).
 
 - A decreasing hazard (heavy tails: most programs short, a few very long) makes G fall with
   a: the least-served go first (LAS, like PLAS and ATLAS).
 - Alike sizes (an increasing hazard) make G rise with a: the most-served go first, which
   finishes programs one after another (program FCFS).
 
-`IndexTable` is G on a grid of attained-service points, as ranks that bin it into the
-scheduler's levels (highest index at level 0), so a lookup is one bisect. `SizeLearner` keeps
-the last `window` samples overall and per class and rebuilds a table only when an eighth of
-its samples are new, never per step.
+`IndexTable` is G on a grid of attained-service points, binned into the scheduler's levels
+by equal shares of its log range (highest index at level 0), so a lookup is one bisect.
+`SizeLearner` keeps the last `window` samples overall and per class and rebuilds a table
+only when an eighth of its samples are new, never per step.
 """
 
 from __future__ import annotations
@@ -36,24 +37,33 @@ GRID_POINTS = 32  # quantile points and as many evenly spaced points per table
 
 
 def gittins_index(sizes: np.ndarray, weights: np.ndarray, attained: float) -> float | None:
-    """G(attained) for the empirical distribution of `sizes` (ascending) with their
-    `weights`; None when no size exceeds `attained` (nothing is known past it)."""
+    """G(attained) for the distribution of `sizes` (ascending, positive) with their
+    `weights`, read as the empirical CDF interpolated linearly: the smallest size is an
+    atom and each other sample's mass is spread evenly over the gap down to the size below
+    it (equal sizes stay atoms). On the raw samples G would spike just below every observed
+    size (a program there finishes at once with positive probability), so neighbouring
+    service values would land levels apart. The supremum is taken at the sizes (the ends of
+    the gaps). None when no size exceeds `attained` (nothing is known past it)."""
     first = int(np.searchsorted(sizes, attained, side="right"))
-    rest = sizes[first:] - attained
-    if rest.size == 0:
+    if first == sizes.size:
         return None
-    beyond = np.arange(rest.size - 1, -1, -1)  # samples still running after each size
-    reward = np.cumsum(weights[first:])
-    spent = np.cumsum(rest) + beyond * rest
+    hi = sizes[first:]
+    below = np.concatenate([[hi[0]], hi[:-1]]) if first == 0 else sizes[first - 1:-1]
+    lo = np.maximum(below, attained)
+    gap = hi - below
+    share = np.divide(hi - lo, gap, out=np.ones_like(gap), where=gap > 0)  # above attained
+    reward = np.cumsum(weights[first:] * share)
+    mass_after = share.sum() - np.cumsum(share)  # mass still running past each size
+    spent = np.cumsum(share * ((lo + hi) / 2 - attained)) + mass_after * (hi - attained)
     return float(np.max(reward / spent))
 
 
 @dataclass(frozen=True)
 class IndexTable:
-    """G on a grid, as ranks: `ranks[i]` (in [0, 1), 0 for the highest index) holds for
-    `points[i] <= a < points[i+1]` (`points[0]` is 0). At or past `limit`, the largest size
-    seen, the rank is the lowest: a program longer than every one observed yields to the
-    rest."""
+    """G on a grid, as positions on a log scale: `ranks[i]` (in [0, 1], 0 for the highest
+    index, 1 for the lowest) holds for `points[i] <= a < points[i+1]` (`points[0]` is 0).
+    At or past `limit`, the largest size seen, the rank is the lowest: a program longer than
+    every one observed yields to the rest."""
 
     points: tuple[float, ...]
     ranks: tuple[float, ...]
@@ -68,13 +78,14 @@ class IndexTable:
         grid = np.concatenate([np.quantile(sizes, np.linspace(0, 1, GRID_POINTS)),
                                np.linspace(0, limit, GRID_POINTS, endpoint=False)])
         points = sorted({0.0, *(float(p) for p in grid if p < limit)})
-        index = [gittins_index(sizes, weights, p) for p in points]
-        ranked = sorted(set(index), reverse=True)
-        position = {value: i for i, value in enumerate(ranked)}
-        return cls(tuple(points), tuple(position[g] / len(ranked) for g in index), limit)
+        logs = np.log([gittins_index(sizes, weights, p) for p in points])
+        span = logs.max() - logs.min()
+        ranks = (logs.max() - logs) / span if span > 0 else np.zeros(len(points))
+        return cls(tuple(points), tuple(float(r) for r in ranks), limit)
 
     def level(self, attained: float, num_levels: int) -> int:
-        """The level of `attained` service among `num_levels` (equal shares of the ranks)."""
+        """The level of `attained` service among `num_levels` (equal shares of the log
+        range of the index)."""
         if attained >= self.limit:
             return num_levels - 1
         rank = self.ranks[bisect.bisect_right(self.points, attained) - 1]

@@ -1,6 +1,5 @@
 """The engine-thread half of adding a call, shared by the gRPC and HTTP front doors: an
-implicitly started program (HTTP), then `add_call`; and `check_ttft_slo`, the doors' (and
-the router's) check of a call's deadline off the engine thread. Ids here are the engine's
+implicitly started program (HTTP), then `add_call`. Ids here are the engine's
 (already in the caller's namespace, server/namespace.py)."""
 
 from __future__ import annotations
@@ -10,7 +9,6 @@ from typing import Callable
 
 from engine import LLMEngine, SamplingParams
 from engine.errors import UnknownProgramError
-from engine.llm_engine import MAX_EXPECTED_TOOL_SECONDS  # it bounds ttft_slo_seconds too
 
 
 @dataclass(frozen=True)
@@ -20,7 +18,7 @@ class CallRequest:
     with `program_class` (HTTP clients cannot call StartProgram; the class of a program that
     exists is left as it was). `prompt` is token ids, already tokenized and checked off the
     engine thread, like `program_class` and `ttft_slo_seconds` (the call's first-token
-    deadline, see check_ttft_slo)."""
+    deadline, see engine.llm_engine.check_ttft_slo)."""
 
     program_id: str | None
     call_id: str
@@ -56,13 +54,3 @@ def adder(request: CallRequest) -> Callable[[LLMEngine], str]:
 
     return add
 
-
-def check_ttft_slo(seconds: float | None) -> float | None:
-    """A call's first-token deadline as a front door received it (seconds after the call
-    arrives), checked off the engine thread: None (unset: the engine's default) or
-    0 < seconds <= 86,400, else ValueError naming ttft_slo_seconds (NaN included). Returns
-    `seconds`. The engine checks it again, with the same bound and message."""
-    if seconds is not None and not 0 < seconds <= MAX_EXPECTED_TOOL_SECONDS:
-        raise ValueError(f"ttft_slo_seconds must be in (0, {MAX_EXPECTED_TOOL_SECONDS:g}], "
-                         f"got {seconds!r}")
-    return seconds

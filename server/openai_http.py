@@ -40,7 +40,8 @@ from scheduler.ids import check_id
 from server import convert
 from server.auth import AuthError, TokenAuth
 from server.call_stream import CallStream, StreamDelta
-from server.calls import CallRequest, adder, check_ttft_slo
+from engine.llm_engine import check_ttft_slo
+from server.calls import CallRequest, adder
 from server.engine_loop import EngineLoop
 from server.errors import DrainingError, ServerError, message_of, status_of
 from server.metrics import CONTENT_TYPE, ServerMetrics

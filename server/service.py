@@ -21,6 +21,7 @@ from typing import AsyncIterator, Callable, NoReturn, TypeVar
 import grpc
 
 from engine import LLMEngine
+from engine.llm_engine import check_ttft_slo
 from scheduler.ids import check_id
 from server import agentix_pb2 as pb
 from server import calls, convert
@@ -124,7 +125,7 @@ class AgentixServicer:
                 thread_id=(check_thread(request.thread_id) if request.thread_id else None),
                 expected_tool_seconds=convert.optional(request, "expected_tool_seconds"),
                 program_service=priority,
-                ttft_slo_seconds=calls.check_ttft_slo(
+                ttft_slo_seconds=check_ttft_slo(
                     convert.optional(request, "ttft_slo_seconds")))
             stream = await self.loop.submit(calls.adder(call))
         except Exception as exc:

@@ -32,7 +32,7 @@ from scheduler.placement.base import PlacementRequest
 from server import agentix_pb2 as pb
 from server import convert
 from server.auth import RouterTrust, TokenAuth
-from server.calls import check_ttft_slo
+from engine.llm_engine import check_ttft_slo
 from server.errors import DrainingError, abort_for
 from server.namespace import Namespace, caller_namespace, new_id
 from server.router.core import NoReplicaError, RoutedCall, Router

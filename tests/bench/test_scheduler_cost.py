@@ -6,9 +6,9 @@ def test_gittins_is_measured_with_its_index_tables_in_use():
     policy = trained(make_policy("gittins"))
     assert policy.learner.num_samples() == TRAINED_PROGRAMS
     table = policy.learner.table((None, None))
-    # sizes 16 / (1 - u): none ends before 16, so G is low at 0, highest just past 16 (the
-    # hazard of a Pareto tail is highest at its start) and falls after it
-    assert [table.level(a, 8) for a in (0.0, 20.0, 1000.0)] == [7, 1, 7]
+    # sizes 16 / (1 - u): the hazard of a Pareto tail is highest at its start (16), so G is
+    # highest from 16 on and falls far past it
+    assert [table.level(a, 8) for a in (0.0, 20.0, 1000.0)] == [1, 0, 5]
 
 
 def test_a_small_measurement_runs_every_policy_clean():

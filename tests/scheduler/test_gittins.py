@@ -17,12 +17,15 @@ BASE = dict(max_num_seqs=1, num_queues=8, quantum_base=8, quantum_growth=2.0,
             starvation_beta=None)
 
 
-def test_index_of_a_two_point_distribution():
+def test_index_of_a_two_sample_distribution():
+    # read as an atom at 1 and the other half of the mass spread evenly over (1, 10]
     sizes, ones = np.array([1.0, 10.0]), np.ones(2)
-    # a = 0: budget 1 finishes half the mass for 1 unit each: 0.5 / 1; budget 10: 1 / 5.5
+    # a = 0: budget 1 finishes half the mass at a cost of 1 each: 1 / 2; budget 10: 2 / 6.5
     assert gittins_index(sizes, ones, 0.0) == 0.5
-    assert gittins_index(sizes, ones, 1.0) == 1 / 9  # only the 10 is left, 9 to go
-    assert gittins_index(sizes, ones, 5.0) == 1 / 5
+    # a = 1: uniform on (1, 10]: the full budget finishes it for a mean of 4.5
+    assert gittins_index(sizes, ones, 1.0) == 1 / 4.5
+    # a = 5: uniform on (5, 10] (5/9 of the gap's mass), mean 2.5 to go
+    assert gittins_index(sizes, ones, 5.0) == pytest.approx(1 / 2.5)
     assert gittins_index(sizes, ones, 10.0) is None  # nothing known past the largest size
 
 
@@ -39,8 +42,8 @@ def test_table_of_a_heavy_tail_puts_fresh_programs_first_and_the_survivors_last(
     table = IndexTable.build(np.array([1.0] * 90 + [100.0] * 10), np.ones(100))
     assert table.level(0.0, 8) == 0
     assert table.level(0.5, 8) == 0
-    assert table.level(1.0, 8) == 7  # G = 1 / 99: the lowest index of all
-    assert table.level(50.0, 8) == 3
+    assert table.level(1.0, 8) == 7  # the lowest index of all: 99 to go, surely
+    assert table.level(50.0, 8) == 6
     assert table.level(100.0, 8) == 7  # past every size seen
 
 
@@ -48,7 +51,7 @@ def test_table_of_alike_sizes_puts_the_most_served_first():
     sizes = np.random.default_rng(0).normal(100, 10, 200).clip(1)
     table = IndexTable.build(sizes, np.ones(200))
     levels = [table.level(a, 8) for a in (0, 20, 40, 60, 80, 100, 120)]
-    assert levels == [7, 7, 6, 5, 5, 3, 1]
+    assert levels == [7, 7, 7, 6, 6, 4, 2]
 
 
 def test_learner_uses_a_class_once_it_has_enough_samples_else_everything():
@@ -78,7 +81,9 @@ def test_learner_follows_a_change_of_workload():
         learner.observe(key, 100.0, 1.0)
     assert learner.num_samples(key) == 64
     table = learner.table(key)
-    assert table.limit == 100.0 and table.level(0.0, 8) == 7 and table.level(90.0, 8) == 0
+    # G = 1 / (100 - a) rises 32-fold from 0 to the last grid point (96.875); 87.5, the grid
+    # point below 90, is 0.4 of the way down its log range: level 3 of 8
+    assert table.limit == 100.0 and table.level(0.0, 8) == 7 and table.level(90.0, 8) == 3
 
 
 def test_learner_forgets_the_least_recent_class_past_its_bound():
