@@ -88,23 +88,32 @@ def find_capacities(workload: str, policies: Sequence[str], targets: Sequence[fl
     by policy, in the order run."""
     multi = replica_options(replicas, placement, cutoff)
     base = generate_trace(workload, num_programs, seed, BASE_RATE)
-    points: list[SweepPoint] = []
-    bar = tqdm(desc=f"capacity {workload}", unit="run", disable=not progress)
-    try:
-        for policy in policies:
-            def simulate_at(rate: float, policy: str = policy) -> SweepPoint:
-                bar.set_postfix_str(f"{policy} @ {rate:.3g}/s")
-                point = run_point(workload, retimed(base, rate), policy, rate, preset, model,
-                                  **multi)
-                points.append(point)
-                bar.update(1)
-                return point
+    with tqdm(desc=f"capacity {workload}", unit="run", disable=not progress) as bar:
+        return search_policies(
+            policies, targets, lambda policy, rate: run_point(
+                workload, retimed(base, rate), policy, rate, preset, model, **multi),
+            start_rate, iterations, bar)
 
-            run = memoized(simulate_at)
-            for target in targets:
-                search(run, target, start_rate, iterations)
-    finally:
-        bar.close()
+
+def search_policies(policies: Sequence[str], targets: Sequence[float],
+                    point_at: Callable[[str, float], SweepPoint], start_rate: float,
+                    iterations: int = 3, bar: tqdm | None = None) -> list[SweepPoint]:
+    """`search` every target for every policy, a policy's targets one after the other, with
+    `point_at(policy, rate)` run once per (policy, rate) pair (`memoized`); `bar`, if given,
+    shows the pair being run and counts the runs. Returns the points in the order run."""
+    points: list[SweepPoint] = []
+    for policy in policies:
+        def run(rate: float, policy: str = policy) -> SweepPoint:
+            if bar is not None:
+                bar.set_postfix_str(f"{policy} @ {rate:.3g}/s")
+            points.append(point_at(policy, rate))
+            if bar is not None:
+                bar.update(1)
+            return points[-1]
+
+        once = memoized(run)
+        for target in targets:
+            search(once, target, start_rate, iterations)
     return points
 
 

@@ -2,7 +2,9 @@
 through the engine with the simulated executor and prints program-level metrics; `agentix bench
 sweep` runs several policies over several arrival rates and reports each policy's capacity;
 `agentix bench capacity` searches each policy's capacity at a relative and a fixed latency
-target by bracketing and bisection;
+target by bracketing and bisection, at steady state (`bench.steady_state`: a measurement window
+under continuing arrivals, several seeds) unless `--finite-trace` asks for the old replay of one
+finite trace;
 `agentix bench sensitivity` varies one scheduler knob at a time;
 `agentix bench calibrate` fits the cost model to the real engine on this machine and checks the
 simulator against the real engine on a scaled-down trace. `sim`, `sweep` and `capacity` take
@@ -23,6 +25,8 @@ from bench.metrics import compute_metrics, metrics_by_workload
 from server.config_flags import parse_cutoff, parse_override, positive_float
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from bench.capacity import LatencyTarget
 
 WORKLOADS = ("sharegpt", "bfcl", "lats", "mixed")
@@ -34,6 +38,24 @@ def _nonnegative_float(text: str) -> float:
     if not value >= 0 or math.isinf(value):
         raise argparse.ArgumentTypeError(f"must be finite and >= 0, got {text}")
     return value
+
+
+def _nonnegative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def _seed_list(text: str) -> list[int]:
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        seeds = []
+    if not seeds:
+        raise argparse.ArgumentTypeError(f"seeds must be a comma-separated list of integers, "
+                                         f"got {text!r}")
+    return list(dict.fromkeys(seeds))
 
 
 def _positive_int(text: str) -> int:
@@ -313,19 +335,37 @@ def _capacity_targets(args: argparse.Namespace) -> list[LatencyTarget]:
 
 
 def _capacity(args: argparse.Namespace) -> None:
-    import shlex
-    import sys
     import time
-
-    from bench.capacity import find_capacities, write_outputs
-    from bench.sweep_report import capacity_table
 
     start = time.perf_counter()
     targets = _capacity_targets(args)
     multi = _replica_options(args)
-    print(f"{args.workload} x {args.programs} programs (seed {args.seed}), {args.model} on "
-          f"{args.preset}{_replicas_text(multi)}; latency targets " + "; ".join(
-              f"{t.seconds_per_token:.4f} s/token ({t.how})" for t in targets), flush=True)
+    run = _finite_capacity if args.finite_trace else _steady_capacity
+    md, png = run(args, targets, multi)
+    print(f"wrote {md} and {png} in {time.perf_counter() - start:.1f} s")
+
+
+def _targets_text(targets: list[LatencyTarget]) -> str:
+    return "; ".join(f"{t.seconds_per_token:.4f} s/token ({t.how})" for t in targets)
+
+
+def _command(args: argparse.Namespace) -> str:
+    import shlex
+    import sys
+
+    argv = sys.argv[1:] if args.argv is None else args.argv
+    return "agentix bench " + " ".join(shlex.quote(a) for a in argv)
+
+
+def _finite_capacity(args: argparse.Namespace, targets: list[LatencyTarget],
+                     multi: dict[str, Any]) -> tuple[Path, Path]:
+    """`--finite-trace`: one trace of `--programs` programs replayed at every rate."""
+    from bench.capacity import find_capacities, write_outputs
+    from bench.sweep_report import capacity_table
+
+    print(f"{args.workload} x {args.programs} programs (seed {args.seed}), finite trace, "
+          f"{args.model} on {args.preset}{_replicas_text(multi)}; latency targets "
+          f"{_targets_text(targets)}", flush=True)
     points = find_capacities(args.workload, args.policies,
                              [t.seconds_per_token for t in targets], args.programs, args.seed,
                              args.start_rate, args.iterations, args.preset, args.model,
@@ -333,10 +373,31 @@ def _capacity(args: argparse.Namespace) -> None:
     for target in targets:
         print()
         print(capacity_table(points, target.seconds_per_token))
-    argv = sys.argv[1:] if args.argv is None else args.argv
-    command = "agentix bench " + " ".join(shlex.quote(a) for a in argv)
-    md, png = write_outputs(points, targets, args.out, command)
-    print(f"wrote {md} and {png} in {time.perf_counter() - start:.1f} s")
+    return write_outputs(points, targets, args.out, _command(args))
+
+
+def _steady_capacity(args: argparse.Namespace, targets: list[LatencyTarget],
+                     multi: dict[str, Any]) -> tuple[Path, Path]:
+    """The default: a steady-state search per seed (`bench.steady_state`)."""
+    from bench.steady_report import (steady_capacity_table, steady_points_table, window_text,
+                                     write_steady_outputs)
+    from bench.steady_state import SteadyConfig, find_steady_capacities
+
+    config = SteadyConfig(args.warmup_programs, args.window_programs, args.tail_programs,
+                          args.max_backlog_growth)
+    print(f"{args.workload} at steady state, seeds {','.join(map(str, args.seeds))}, "
+          f"{args.model} on {args.preset}{_replicas_text(multi)}; latency targets "
+          f"{_targets_text(targets)}", flush=True)
+    runs = find_steady_capacities(args.workload, args.policies,
+                                  [t.seconds_per_token for t in targets], args.seeds, config,
+                                  args.start_rate, args.iterations, args.preset, args.model,
+                                  progress=not args.no_progress, **multi)
+    print()
+    print(steady_points_table(runs))
+    print(window_text(config, runs))
+    for target in targets:
+        print(steady_capacity_table(runs, target.seconds_per_token))
+    return write_steady_outputs(runs, targets, config, args.out, _command(args))
 
 
 def _add_policy_run_arguments(parser: argparse.ArgumentParser, programs: int,
@@ -355,6 +416,40 @@ def _add_policy_run_arguments(parser: argparse.ArgumentParser, programs: int,
     parser.add_argument("--out", default="bench/results", help=f"folder for {out_files}")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_replica_arguments(parser)
+
+
+def _add_steady_arguments(parser: argparse.ArgumentParser) -> None:
+    """`capacity`'s method: steady state (the default; its window, tail, overload rule and
+    seeds) or `--finite-trace` (one trace of `--programs` programs, seed `--seed`)."""
+    from bench import steady_state as ss
+
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--steady-state", dest="finite_trace", action="store_false",
+                      help="measure in a window of steady load (the default)")
+    mode.add_argument("--finite-trace", dest="finite_trace", action="store_true",
+                      help="replay one finite trace of --programs programs at every rate (the "
+                           "old method: past some rate it is an offline burst)")
+    parser.add_argument("--seeds", type=_seed_list, default=list(ss.DEFAULT_SEEDS),
+                        help="steady state: one trace and search per seed; capacities are "
+                             "reported per seed and as min / median / max (default "
+                             f"{','.join(map(str, ss.DEFAULT_SEEDS))}; --seed is then only the "
+                             "unloaded target run's)")
+    parser.add_argument("--warmup-programs", type=_nonnegative_int,
+                        default=ss.DEFAULT_WARMUP_PROGRAMS,
+                        help="steady state: programs arriving before the window (not measured)")
+    parser.add_argument("--window-programs", type=_positive_int,
+                        default=ss.DEFAULT_WINDOW_PROGRAMS,
+                        help="steady state: the window's length in programs at the rate tested "
+                             "(the programs arriving in it are measured)")
+    parser.add_argument("--tail-programs", type=_positive_int, default=ss.DEFAULT_TAIL_PROGRAMS,
+                        help="steady state: programs arriving after the window (generated, "
+                             "simulated only as long as needed); a measured program unfinished "
+                             "when the last one arrives means overloaded")
+    parser.add_argument("--max-backlog-growth", type=positive_float,
+                        default=ss.DEFAULT_MAX_BACKLOG_GROWTH,
+                        help="steady state: overloaded when the programs in the system grow over "
+                             "the window by more than this fraction of the window's programs")
+    parser.set_defaults(finite_trace=False)
 
 
 def _knob_list(text: str) -> list[str]:
@@ -415,7 +510,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.set_defaults(run=_sweep)
 
     cap = sub.add_parser("capacity", help="each policy's capacity at two latency targets by "
-                         "bracketing and bisection")
+                         "bracketing and bisection, at steady state")
     _add_policy_run_arguments(cap, programs=300, out_files="capacity_<workload>.*")
     cap.add_argument("--start-rate", type=positive_float, default=1.0,
                      help="first rate tried for every policy (programs/s)")
@@ -424,6 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
     cap.add_argument("--fixed-target", type=_nonnegative_float, default=FIXED_TARGET,
                      help=f"a second, absolute latency target in s/token (default "
                           f"{FIXED_TARGET:g}; 0: none)")
+    _add_steady_arguments(cap)
     cap.set_defaults(run=_capacity)
 
     se = sub.add_parser("sensitivity", help="one scheduler knob at a time (K, quantum, beta, "

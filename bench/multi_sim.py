@@ -37,6 +37,7 @@ workload): a program is then started at the same time either way.
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,7 +51,7 @@ from scheduler.placement import (DEFAULT_CUTOFF, CallOutcome, Placement, Placeme
 
 from bench.cost_model import CostModel
 from bench.sim_executor import SimulatedExecutor, VirtualClock
-from bench.simulate import (Driver, PromptMaker, SimResult, _Program, sim_engine,
+from bench.simulate import (Driver, EarlyStop, PromptMaker, SimResult, _Program, sim_engine,
                             sim_engine_config)
 from bench.trace import Trace, TraceCall
 
@@ -158,7 +159,8 @@ class MultiDriver(Driver):
         self.last_prompt: dict[int, tuple[list[int], tuple[int, ...]]] = {}
         self.decisions = 0
 
-    def run(self, trace: Trace) -> None:
+    def run(self, trace: Trace, stop: EarlyStop | None = None) -> None:
+        self._set_stop(trace, stop)
         for index, program in enumerate(trace.programs):
             self._push(program.arrival, _Program(index, program), None)
         events, replicas = self.events, self.replicas
@@ -168,6 +170,10 @@ class MultiDriver(Driver):
                 if not replica.stalled and replica.engine.has_unfinished_calls() and (
                         busy is None or replica.clock.now < busy.clock.now):
                     busy = replica
+            now = min(events[0][0] if events else math.inf,  # this round's time: its
+                      busy.clock.now if busy else math.inf)  # event's or its replica's
+            if now < math.inf and self._stop_due(now):
+                return
             if events and (busy is None or events[0][0] <= busy.clock.now):
                 t, _, program, item = heapq.heappop(events)
                 for replica in replicas:
@@ -264,7 +270,8 @@ def simulate_replicas(trace: Trace, policy: str, replicas: int = 2,
                       model: str = "llama-3.1-8b",
                       engine_overrides: dict[str, Any] | None = None,
                       cutoff: int | str = DEFAULT_CUTOFF, cost_model: CostModel | None = None,
-                      placement_options: dict[str, Any] | None = None) -> SimResult:
+                      placement_options: dict[str, Any] | None = None,
+                      stop: EarlyStop | None = None) -> SimResult:
     """Run `trace` on `replicas` engines under the baseline `policy` (each engine configured
     as `simulate()` configures its one) behind `placement`: a policy name
     (`scheduler.placement.make_placement(name, cutoff=cutoff, **placement_options)`) or a
@@ -278,7 +285,8 @@ def simulate_replicas(trace: Trace, policy: str, replicas: int = 2,
     replica clock. `extra` holds `replicas`, `placement`, `cache_hit_rate` (prompt tokens
     the prefix caches served over all prompt tokens, from the calls' usage), `prompt_tokens`,
     `cached_tokens` and `per_replica` (`ReplicaFigures.to_dict()` each). Raises like
-    `simulate()` (ValueError for bad arguments, RuntimeError when stuck, integrity errors)."""
+    `simulate()` (ValueError for bad arguments, RuntimeError when stuck, integrity errors).
+    `stop`: end early, as `simulate()` does (`bench.simulate.EarlyStop`)."""
     wall_start = time.perf_counter()
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
         raise ValueError(f"replicas: must be an int >= 1, got {replicas!r}")
@@ -299,7 +307,7 @@ def simulate_replicas(trace: Trace, policy: str, replicas: int = 2,
         pool.append(_Replica(index, engine, clock, executor))
     driver = MultiDriver(pool, cost, prompts, placement,
                          use_oracle=config["policy"] == "oracle")
-    driver.run(trace)
+    driver.run(trace, stop)
     for replica in pool:
         replica.engine.check_integrity()
     return _result(policy, cost, pool, driver, placement, config["num_kv_blocks"],

@@ -8,15 +8,21 @@ the program's arrival), and the program ends when its last call finishes. When t
 nothing to run the clock jumps to the next event instead of stepping. Per call it records when
 the call was added, when `engine.step()` returned its first token (the call's time to first
 token is the difference) and when it finished.
+
+A run may stop early (`EarlyStop`): once a given set of programs has finished, once the clock
+passes a deadline, or when a watcher of the backlog says so. Up to that point it is the same
+run as without the stop, step for step, so every program finished by then has exactly the
+times it would have had.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -86,9 +92,14 @@ class SimResult:
         first tokens came back."""
         return [t - self.call_start[key] for key, t in self.call_first_token.items()]
 
-    def ttft_percentile(self, q: float) -> float:
-        """The q-th percentile (0..100) of `ttfts`; 0 for a run without a call."""
-        return percentile(self.ttfts, q) if self.call_first_token else 0.0
+    def ttft_percentile(self, q: float, programs: Collection[str] | None = None) -> float:
+        """The q-th percentile (0..100) of `ttfts`, or of those of the calls of `programs`
+        (program ids; a call key's program is the part before its first "/"); 0 without a
+        call."""
+        ttfts = self.ttfts if programs is None else [
+            t - self.call_start[key] for key, t in self.call_first_token.items()
+            if key.partition("/")[0] in programs]
+        return percentile(ttfts, q) if ttfts else 0.0
 
     @property
     def prefill_tokens_computed(self) -> int:
@@ -133,6 +144,27 @@ class PromptMaker:
         return [_FIRST_TOKEN + (offset + i) % self.span for i in range(length)]
 
 
+@dataclass(frozen=True)
+class EarlyStop:
+    """When a run may end before every program has finished: as soon as every program in
+    `programs` (ids) has finished, as soon as the clock has passed `deadline` (virtual
+    seconds), or as soon as `watch(now, in_system)` returns True, whichever comes first. The
+    driver calls `watch` before each round (an event handled or a step run) with the time and
+    the number of programs started and not finished. Calls still in flight at the stop are
+    left where they are: their programs are not in the result, and the run's counters (steps,
+    tokens, preemptions) cover the run up to the stop."""
+
+    programs: frozenset[str]
+    deadline: float = math.inf
+    watch: Callable[[float, int], bool] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.programs:
+            raise ValueError("programs: must not be empty")
+        if math.isnan(self.deadline):
+            raise ValueError("deadline: must be a number")
+
+
 @dataclass
 class _Program:
     index: int
@@ -146,11 +178,12 @@ class _Program:
 
 def simulate(trace: Trace, policy: str, preset: str = "a100-80g", model: str = "llama-3.1-8b",
              engine_overrides: dict[str, Any] | None = None,
-             cost_model: CostModel | None = None) -> SimResult:
+             cost_model: CostModel | None = None, stop: EarlyStop | None = None) -> SimResult:
     """Run `trace` under the named baseline `policy` (`bench.baselines`; a bare scheduler policy
-    name also works) on `model` x `preset`, or on an explicit `cost_model` (tests). Raises
-    RuntimeError if the engine gets stuck, and KVCacheIntegrityError-like errors if the engine
-    is not clean at the end."""
+    name also works) on `model` x `preset`, or on an explicit `cost_model` (tests), to the end
+    or to `stop`. Raises ValueError if `stop` names a program not in `trace`, RuntimeError if
+    the engine gets stuck, and KVCacheIntegrityError-like errors if the engine is not clean at
+    the end."""
     wall_start = time.perf_counter()
     cost = cost_model or CostModel.from_names(preset, model)
     config = sim_engine_config(trace, policy, cost, engine_overrides)
@@ -159,7 +192,7 @@ def simulate(trace: Trace, policy: str, preset: str = "a100-80g", model: str = "
     engine, executor = sim_engine(config, cost, clock, prompts)
     driver = Driver(engine, clock, cost, prompts,
                     use_oracle=config["policy"] == "oracle")
-    driver.run(trace)
+    driver.run(trace, stop)
     engine.check_integrity()
     return run_result(policy, cost.gpu.name, cost.model.name, engine, executor, driver,
                       end_time=clock(), wall_seconds=time.perf_counter() - wall_start,
@@ -228,7 +261,8 @@ def run_result(policy: str, preset: str, model: str, engine: LLMEngine,
 class Driver:
     """The event loop: arrivals and ready calls in a heap keyed by virtual time; per call the
     time it was added (`call_start`), its first token came back (`call_first_token`) and it
-    finished (`call_finish`)."""
+    finished (`call_finish`). With an `EarlyStop` the loop checks it before each round (an
+    event handled or a step run) and returns once it is due."""
 
     def __init__(self, engine: LLMEngine, clock: VirtualClock, cost: CostModel,
                  prompts: PromptMaker, use_oracle: bool) -> None:
@@ -242,12 +276,18 @@ class Driver:
         self.call_start: dict[str, float] = {}
         self.call_first_token: dict[str, float] = {}
         self.params: dict[int, SamplingParams] = {}
+        self.stop: EarlyStop | None = None
+        self.stop_waits_for: set[str] = set()  # programs of `stop` not finished yet
+        self.in_system = 0  # programs opened and not finished
 
-    def run(self, trace: Trace) -> None:
+    def run(self, trace: Trace, stop: EarlyStop | None = None) -> None:
+        self._set_stop(trace, stop)
         for index, program in enumerate(trace.programs):
             self._push(program.arrival, _Program(index, program), None)
         engine, clock, events = self.engine, self.clock, self.events
         while True:
+            if self._stop_due(clock.now):
+                return
             while events and events[0][0] <= clock.now:
                 _, _, program, call = heapq.heappop(events)
                 if call is None:
@@ -264,6 +304,23 @@ class Driver:
                 clock.jump_to(events[0][0])
             else:
                 return
+
+    def _set_stop(self, trace: Trace, stop: EarlyStop | None) -> None:
+        """Arm `stop` for this run (ValueError if it names a program not in `trace`)."""
+        if stop is not None:
+            unknown = stop.programs - {p.program_id for p in trace.programs}
+            if unknown:
+                raise ValueError(f"stop: programs not in the trace: {sorted(unknown)[:5]}")
+        self.stop = stop
+        self.stop_waits_for = set(stop.programs) if stop is not None else set()
+
+    def _stop_due(self, now: float) -> bool:
+        """A stop is armed and due at `now`: its programs have all finished, `now` is past
+        its deadline or its watcher says so."""
+        stop = self.stop
+        return stop is not None and (
+            not self.stop_waits_for or now > stop.deadline
+            or (stop.watch is not None and stop.watch(now, self.in_system)))
 
     def _step(self, engine: LLMEngine, clock: VirtualClock) -> bool:
         """One `engine.step()`: record first tokens, hand finished calls to `_finished`.
@@ -296,6 +353,7 @@ class Driver:
         the program's arrival)."""
         calls = program.trace.calls
         program.calls_left = len(calls)
+        self.in_system += 1
         for call in calls:
             program.pending_parents[call.call_id] = len(call.parents)
             for parent in call.parents:
@@ -342,4 +400,6 @@ class Driver:
         trace = program.trace
         self.results.append(ProgramResult(trace.program_id, trace.workload, trace.arrival,
                                           now, program.generated, len(trace.calls)))
+        self.stop_waits_for.discard(trace.program_id)
+        self.in_system -= 1
         return True

@@ -16,13 +16,13 @@ from __future__ import annotations
 import importlib
 import math
 from dataclasses import asdict, dataclass
-from typing import Iterable, Sequence
+from typing import Any, Collection, Iterable, Sequence
 
 from tqdm import tqdm
 
 from bench.metrics import compute_metrics
 from bench.multi_sim import DEFAULT_CUTOFF, replica_options, simulate_replicas
-from bench.simulate import simulate
+from bench.simulate import EarlyStop, SimResult, simulate
 from bench.trace import Trace
 
 TARGET_FACTOR = 5.0
@@ -34,7 +34,9 @@ TARGET_PROGRAMS = 20  # at most this many programs for the target run (it only n
 class SweepPoint:
     """One (policy, rate) run; program latencies are normalized (seconds per generated token),
     the time to first token is per call (seconds from being added to its first token);
-    `prefill_tokens_computed` counts prompts less prefix hits plus recomputed KV."""
+    `prefill_tokens_computed` counts prompts less prefix hits plus recomputed KV.
+    `overloaded`: a steady-state run found the rate past capacity (`bench.steady_state`): its
+    latencies describe a run that did not settle, so the point misses every target."""
 
     workload: str
     policy: str
@@ -51,6 +53,7 @@ class SweepPoint:
     prefill_tokens_computed: int
     num_preemptions: int
     sim_wall_seconds: float
+    overloaded: bool = False
 
     def to_dict(self) -> dict[str, float | int | str]:
         return asdict(self)
@@ -94,20 +97,37 @@ def run_point(workload: str, trace: Trace, policy: str, rate: float,
     """Simulate `trace` (arriving at `rate`) under `policy` and summarize it: on one engine
     (`simulate`), or on `replicas` engines behind `placement` (`simulate_replicas`; the
     placement defaults to `bench.multi_sim.DEFAULT_PLACEMENT`) when either is given."""
-    multi = replica_options(replicas, placement, cutoff)
+    result = simulate_trace(trace, policy, preset, model,
+                            replica_options(replicas, placement, cutoff))
+    return summarize(workload, policy, rate, result, len(trace.programs))
+
+
+def simulate_trace(trace: Trace, policy: str, preset: str, model: str, multi: dict[str, Any],
+                   stop: EarlyStop | None = None) -> SimResult:
+    """`simulate` (`multi` empty) or `simulate_replicas(**multi)` (`replica_options`), to the
+    end or to `stop`."""
     if multi:
-        result = simulate_replicas(trace, policy, preset=preset, model=model, **multi)
-    else:
-        result = simulate(trace, policy, preset=preset, model=model)
-    m = compute_metrics(result.programs)
+        return simulate_replicas(trace, policy, preset=preset, model=model, stop=stop, **multi)
+    return simulate(trace, policy, preset=preset, model=model, stop=stop)
+
+
+def summarize(workload: str, policy: str, rate: float, result: SimResult, num_programs: int,
+              measured: Collection[str] | None = None, overloaded: bool = False) -> SweepPoint:
+    """The `SweepPoint` of `result`, a run of `num_programs` programs: latencies, throughput
+    and TTFTs over the programs in `measured` (ids; default: all), counters over the run."""
+    programs = result.programs if measured is None else [
+        p for p in result.programs if p.program_id in measured]
+    m = compute_metrics(programs)
     return SweepPoint(
-        workload=workload, policy=policy, rate=rate, num_programs=len(trace.programs),
+        workload=workload, policy=policy, rate=rate, num_programs=num_programs,
         programs_completed=m.programs_completed, mean_norm_latency=m.mean_norm_latency,
         p95_norm_latency=m.p95_norm_latency, p99_norm_latency=m.p99_norm_latency,
         throughput_tokens_per_s=m.throughput_tokens_per_s, makespan_s=m.makespan_s,
-        ttft_p50_s=result.ttft_percentile(50), ttft_p99_s=result.ttft_percentile(99),
+        ttft_p50_s=result.ttft_percentile(50, measured),
+        ttft_p99_s=result.ttft_percentile(99, measured),
         prefill_tokens_computed=result.prefill_tokens_computed,
-        num_preemptions=result.num_preemptions, sim_wall_seconds=result.wall_seconds)
+        num_preemptions=result.num_preemptions, sim_wall_seconds=result.wall_seconds,
+        overloaded=overloaded)
 
 
 def latency_target(workload: str, preset: str = "a100-80g", model: str = "llama-3.1-8b",
@@ -124,8 +144,9 @@ def latency_target(workload: str, preset: str = "a100-80g", model: str = "llama-
 
 # ----- capacity --------------------------------------------------------------------------------
 def meets_target(point: SweepPoint, target: float) -> bool:
-    """Every program completed and the mean normalized latency within `target`."""
-    return (point.programs_completed >= point.num_programs
+    """Not overloaded, every program completed and the mean normalized latency within
+    `target`."""
+    return (not point.overloaded and point.programs_completed >= point.num_programs
             and not math.isnan(point.mean_norm_latency)
             and point.mean_norm_latency <= target)
 
@@ -133,11 +154,11 @@ def meets_target(point: SweepPoint, target: float) -> bool:
 def capacity(points: Iterable[SweepPoint], policy: str, target: float) -> float | None:
     """The arrival rate at which `policy`'s mean normalized latency reaches `target`.
 
-    Walks the swept rates upwards while each meets the target (mean <= target and every
-    program completed). At the first rate that misses it, the crossing is interpolated
-    linearly in log(rate) against log(latency) from the last meeting rate (no interpolation
-    towards a run that did not complete: the last meeting rate is returned). All swept rates
-    meeting: the highest. None if the lowest swept rate misses or the policy was not swept."""
+    Walks the swept rates upwards while each meets the target (`meets_target`). At the first
+    rate that misses it, the crossing is interpolated linearly in log(rate) against
+    log(latency) from the last meeting rate (no interpolation towards a run that did not
+    complete or was overloaded: the last meeting rate is returned). All swept rates meeting:
+    the highest. None if the lowest swept rate misses or the policy was not swept."""
     own = sorted((p for p in points if p.policy == policy), key=lambda p: p.rate)
     best: SweepPoint | None = None
     for point in own:
@@ -146,7 +167,7 @@ def capacity(points: Iterable[SweepPoint], policy: str, target: float) -> float 
             continue
         if best is None:
             return None
-        if point.programs_completed < point.num_programs or \
+        if point.overloaded or point.programs_completed < point.num_programs or \
                 not point.mean_norm_latency > best.mean_norm_latency > 0:
             return best.rate
         fraction = (math.log(target / best.mean_norm_latency)

@@ -77,8 +77,9 @@ def capacity_table(points: Sequence[SweepPoint], target: float) -> str:
 
 def _policy_rate_table(points: Sequence[SweepPoint], title: str,
                        fmt: Callable[[SweepPoint], str]) -> list[str]:
-    """The lines of one policy x rate table under `title`: a cell is `fmt(point)`, `-` where
-    the pair was not run, with `(k/n done)` after it where not every program completed."""
+    """The lines of one policy x rate table under `title`: a cell is `fmt(point)`
+    ("overloaded" for an overloaded point), `-` where the pair was not run, with `(k/n done)`
+    after it where not every program completed."""
     rates = _rates(points)
     by_key = {(p.policy, p.rate): p for p in points}
     header = ["policy"] + [f"{r:g}/s" for r in rates]
@@ -88,7 +89,7 @@ def _policy_rate_table(points: Sequence[SweepPoint], title: str,
         cells = [policy]
         for rate in rates:
             point = by_key.get((policy, rate))
-            text = "-" if point is None else fmt(point)
+            text = "-" if point is None else "overloaded" if point.overloaded else fmt(point)
             if point is not None and point.programs_completed < point.num_programs:
                 text += f" ({point.programs_completed}/{point.num_programs} done)"
             cells.append(text)
@@ -119,14 +120,17 @@ def latency_table(points: Sequence[SweepPoint]) -> str:
 def points_table(points: Sequence[SweepPoint]) -> str:
     """Markdown, one row per run (policies in first-seen order, rates ascending): normalized
     latencies (mean, P95, P99), time to first token (P50, P99), throughput, prefill tokens
-    computed, preemptions, completed programs, simulation wall time."""
+    computed, preemptions, completed programs, simulation wall time. An overloaded point's
+    latencies read "overloaded" (the first) and "-"."""
     order = {policy: i for i, policy in enumerate(_policies(points))}
     lines = ["| policy | rate (programs/s) | mean | P95 | P99 | TTFT P50 (s) | TTFT P99 (s) | "
              "throughput (tokens/s) | prefill tokens | preemptions | completed | sim seconds |",
              "|" + "|".join(" --- " for _ in range(12)) + "|"]
     for p in sorted(points, key=lambda q: (order[q.policy], q.rate)):
-        lines.append(f"| {p.policy} | {p.rate:.3g} | {p.mean_norm_latency:.4f} | "
-                     f"{p.p95_norm_latency:.4f} | {p.p99_norm_latency:.4f} | "
+        latencies = ("overloaded | - | -" if p.overloaded else
+                     f"{p.mean_norm_latency:.4f} | {p.p95_norm_latency:.4f} | "
+                     f"{p.p99_norm_latency:.4f}")
+        lines.append(f"| {p.policy} | {p.rate:.3g} | {latencies} | "
                      f"{p.ttft_p50_s:.3f} | {p.ttft_p99_s:.3f} | "
                      f"{p.throughput_tokens_per_s:.0f} | {p.prefill_tokens_computed} | "
                      f"{p.num_preemptions} | {p.programs_completed}/{p.num_programs} | "
@@ -164,8 +168,8 @@ def write_sweep(points: Sequence[SweepPoint], target: float, out_dir: str | Path
 
 def plot_latency(points: Sequence[SweepPoint], targets: Sequence[float], path: Path,
                  title: str) -> None:
-    """PNG: mean normalized latency against rate, one line per policy, log y, each target a
-    dashed line."""
+    """PNG: mean normalized latency against rate, one line per policy (overloaded points
+    left out), log y, each target a dashed line."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -173,7 +177,8 @@ def plot_latency(points: Sequence[SweepPoint], targets: Sequence[float], path: P
     fig, ax = plt.subplots(figsize=(7, 4.5))
     try:
         for policy in _policies(points):
-            own = sorted((p for p in points if p.policy == policy and p.mean_norm_latency > 0),
+            own = sorted((p for p in points if p.policy == policy and not p.overloaded
+                          and p.mean_norm_latency > 0),
                          key=lambda p: p.rate)
             if own:
                 ax.plot([p.rate for p in own], [p.mean_norm_latency for p in own],

@@ -134,9 +134,9 @@ def cli_capacity(monkeypatch, tmp_path, *extra):
     monkeypatch.setattr(cap_mod, "generate_trace", lambda w, n, seed, rate: Trace(()))
     monkeypatch.setattr(cap_mod, "run_point", lambda workload, trace, policy, rate, preset,
                         model: rates.append(rate) or quadratic(rate, policy))
-    cli.main(["capacity", "--workload", "mixed", "--policies", "atlas", "--programs", "3",
-              "--target", "0.16", "--iterations", "1", "--out", str(tmp_path), "--no-progress",
-              *extra])
+    cli.main(["capacity", "--finite-trace", "--workload", "mixed", "--policies", "atlas",
+              "--programs", "3", "--target", "0.16", "--iterations", "1", "--out",
+              str(tmp_path), "--no-progress", *extra])
     return rates, (tmp_path / "capacity_mixed.md").read_text()
 
 
@@ -148,7 +148,7 @@ def test_cli_capacity_searches_both_targets(monkeypatch, tmp_path, capsys):
     # 0.3 s/token: 1, 2, 4 meet, 8 misses (memoized), bisect at sqrt(32) (memoized too).
     assert rates == pytest.approx([1.0, 2.0, 4.0, 8.0, math.sqrt(32)])
     assert "| atlas | 5.48 |" in out  # 0.01 r^2 = 0.3 at r = sqrt(30), from 5.66 and 4
-    assert "agentix bench capacity --workload mixed" in text
+    assert "agentix bench capacity --finite-trace --workload mixed" in text
     assert "Latency targets: 0.1600 s/token (given); 0.3000 s/token (fixed)" in text
     assert "## Target 0.3000 s/token (fixed)" in text
     assert (tmp_path / "capacity_mixed.png").read_bytes()[:4] == b"\x89PNG"

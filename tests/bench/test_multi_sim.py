@@ -329,9 +329,9 @@ def test_cli_capacity_threads_the_replica_flags(monkeypatch, tmp_path, capsys):
         return quadratic(rate, policy)
 
     monkeypatch.setattr(cap_mod, "run_point", fake_run_point)
-    cli.main(["capacity", "--workload", "mixed", "--policies", "atlas", "--programs", "3",
-              "--target", "0.16", "--iterations", "1", "--out", str(tmp_path), "--no-progress",
-              "--replicas", "4", "--placement", "least_loaded"])
+    cli.main(["capacity", "--finite-trace", "--workload", "mixed", "--policies", "atlas",
+              "--programs", "3", "--target", "0.16", "--iterations", "1", "--out",
+              str(tmp_path), "--no-progress", "--replicas", "4", "--placement", "least_loaded"])
     assert seen and all(m == dict(replicas=4, placement="least_loaded", cutoff=2048)
                         for m in seen)
     assert "on 4 replicas behind least_loaded;" in capsys.readouterr().out

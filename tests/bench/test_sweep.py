@@ -157,7 +157,7 @@ def fake_sim(monkeypatch):
         calls["generate"].append((workload, num_programs, seed, rate))
         return tiny_trace(rate)
 
-    def fake_simulate(trace, policy, preset="a100-80g", model="llama-3.1-8b"):
+    def fake_simulate(trace, policy, preset="a100-80g", model="llama-3.1-8b", stop=None):
         """Each program: one call added at its arrival, its first token `slow` s later and 4
         tokens at `4 * slow`; 10 prompt tokens and 3 decodes computed per call."""
         calls["simulate"].append((id(trace), policy, preset, model))

@@ -1,0 +1,341 @@
+import math
+
+import pytest
+
+import bench.steady_state as ss
+from bench import cli
+from bench.capacity import BASE_RATE, LatencyTarget, retimed
+from bench.metrics import compute_metrics
+from bench.multi_sim import simulate_replicas
+from bench.simulate import EarlyStop, ProgramResult, simulate
+from bench.steady_report import steady_capacity_table, steady_points_table, write_steady_outputs
+from bench.steady_state import (BacklogWatch, SteadyConfig, SteadyPoint, Verdict, Window,
+                                find_steady_capacities, half_means, judge, measured_ids,
+                                run_steady_point, seed_capacities, spread)
+from bench.sweep import SweepPoint, capacity, generate_trace, meets_target
+from bench.sweep_report import latency_table, points_table
+from bench.trace import Trace, TraceCall, TraceProgram
+
+
+def make_program(program_id, arrival, *calls):
+    return TraceProgram(program_id, arrival, tuple(calls), "test")
+
+
+def make_call(call_id, prompt_len=200, output_len=40, parents=()):
+    return TraceCall(call_id, prompt_len, output_len, tuple(parents))
+
+
+def at(*arrivals):
+    """One single-call program per arrival time, ids p0, p1, ..."""
+    return Trace(tuple(make_program(f"p{i}", a, make_call("c")) for i, a in enumerate(arrivals)))
+
+
+def record(arrival, latency, tokens=10):
+    return ProgramResult(f"r{arrival}", "test", arrival, arrival + latency * tokens, tokens, 1)
+
+
+def point(rate, mean, policy="atlas", overloaded=False, workload="lats"):
+    return SweepPoint(workload, policy, rate, 4, 4, mean, 2 * mean, 3 * mean, 10.0, 5.0, 0.1,
+                      0.2, 100, 0, 0.5, overloaded)
+
+
+# ----- the window --------------------------------------------------------------------------
+def test_window_is_programs_converted_to_seconds_by_rate():
+    config = SteadyConfig(warmup_programs=2, window_programs=3, tail_programs=4)
+    assert config.total_programs == 9 and config.max_in_system == 5
+    assert config.window(1.0) == Window(2.0, 5.0)
+    assert config.window(4.0) == Window(0.5, 1.25)
+    assert 2.0 in Window(2.0, 5.0) and 5.0 not in Window(2.0, 5.0)
+    for bad in (dict(warmup_programs=-1), dict(window_programs=0), dict(tail_programs=0),
+                dict(max_backlog_growth=0.0)):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            SteadyConfig(**bad)
+    with pytest.raises(ValueError, match="rate"):
+        config.window(math.inf)
+
+
+def test_measured_programs_are_those_arriving_in_the_window():
+    trace = at(0.5, 1.9, 2.0, 3.5, 4.99, 5.0, 7.0)
+    config = SteadyConfig(warmup_programs=2, window_programs=3, tail_programs=2)
+    assert measured_ids(trace, config.window(BASE_RATE)) == {"p2", "p3", "p4"}
+    # Retimed to 4 programs/s: the same programs in the window [0.5, 1.25) s.
+    assert measured_ids(retimed(trace, 4.0), config.window(4.0)) == {"p2", "p3", "p4"}
+    with pytest.raises(ValueError, match="no program arrives"):
+        measured_ids(trace, Window(5.5, 6.5))
+
+
+# ----- the overload rule -------------------------------------------------------------------
+def test_half_means_split_by_arrival():
+    records = [record(3.0, 0.4), record(0.0, 0.1), record(2.0, 0.3), record(1.0, 0.2),
+               record(4.0, 0.5)]
+    first, second = half_means(records)  # by arrival: 0.1, 0.2 | 0.3, 0.4, 0.5
+    assert first == pytest.approx(0.15) and second == pytest.approx(0.4)
+    assert all(math.isnan(m) for m in half_means(records[:1]))
+
+
+def test_judge_backlog_undrained_steady():
+    assert judge(4, 4, backlog_grew=False) is Verdict.STEADY
+    assert judge(3, 4, backlog_grew=False) is Verdict.UNDRAINED
+    assert judge(3, 4, backlog_grew=True) is Verdict.BACKLOG
+    assert judge(4, 4, backlog_grew=True) is Verdict.BACKLOG
+
+
+def test_backlog_watch_measures_growth_over_the_window_halves():
+    # Window [10, 20): backlog 4 over [10, 15), then 4 until 17 and 7 after: means 4 and 5.8
+    # (the second half's integral is 2 * 4 + 3 * 7 = 29), growth 2 * 1.8 / 6 programs = 0.6.
+    watch = BacklogWatch(Window(10.0, 20.0), programs=6, limit=50, max_growth=0.5)
+    assert not watch(0.0, 3) and not watch(10.0, 4) and not watch(17.0, 7)
+    assert math.isnan(watch.growth) and not watch.tripped
+    assert watch(21.0, 7) and watch.growth == pytest.approx(0.6)
+    assert watch(22.0, 0)  # stays tripped
+    steady = BacklogWatch(Window(10.0, 20.0), programs=6, limit=50, max_growth=0.7)
+    for now, backlog in ((0.0, 3), (10.0, 4), (17.0, 7), (21.0, 7)):
+        assert not steady(now, backlog)
+    assert steady.growth == pytest.approx(0.6)
+    crowded = BacklogWatch(Window(10.0, 20.0), programs=6, limit=5, max_growth=0.7)
+    assert not crowded(0.0, 5) and crowded(1.0, 6) and math.isnan(crowded.growth)
+
+
+def test_an_overloaded_point_misses_every_target_and_is_not_interpolated_towards():
+    assert meets_target(point(1.0, 0.1), 0.2)
+    assert not meets_target(point(1.0, 0.1, overloaded=True), 0.2)
+    points = [point(1.0, 0.1), point(2.0, 0.15, overloaded=True)]
+    assert capacity(points, "atlas", 0.2) == 1.0  # not 2.0 and not interpolated
+    rows = points_table(points).splitlines()[2:]
+    assert rows[0].startswith("| atlas | 1 | 0.1000 | 0.2000 | 0.3000 |")
+    assert rows[1].startswith("| atlas | 2 | overloaded | - | - | 0.100 |")
+    assert "| atlas | 0.1000 / 0.2000 / 0.3000 | overloaded |" in latency_table(points)
+
+
+# ----- the early stop ----------------------------------------------------------------------
+def busy_trace():
+    """20 two-call programs arriving every 0.05 s: they overlap and queue on the engine."""
+    return Trace(tuple(make_program(f"p{i}", 0.05 * (i + 1),
+                                    make_call("a", 300 + 37 * i, 60 + 7 * (i % 5)),
+                                    make_call("b", 500 + 41 * i, 50 + 11 * (i % 3), ("a",)))
+                       for i in range(20)))
+
+
+def measured_view(result, ids):
+    programs = sorted((p for p in result.programs if p.program_id in ids),
+                      key=lambda p: p.program_id)
+    calls = {k: (result.call_start[k], result.call_first_token[k], result.call_finish[k])
+             for k in result.call_finish if k.split("/")[0] in ids}
+    return programs, calls
+
+
+@pytest.mark.parametrize("replicas", [0, 2])
+def test_early_stop_gives_the_measured_programs_bit_identical_results(replicas):
+    trace = busy_trace()
+    ids = frozenset(f"p{i}" for i in range(4, 12))
+    overrides = {"max_num_seqs": 4}
+
+    def run(stop=None):
+        if replicas:
+            return simulate_replicas(trace, "atlas", replicas, "round_robin",
+                                     engine_overrides=overrides, stop=stop)
+        return simulate(trace, "atlas", engine_overrides=overrides, stop=stop)
+
+    full, stopped = run(), run(EarlyStop(ids))
+    assert len(full.programs) == 20 and 8 <= len(stopped.programs) < 20
+    assert ids <= {p.program_id for p in stopped.programs}
+    assert stopped.end_time < full.end_time
+    assert measured_view(stopped, ids) == measured_view(full, ids)
+    assert compute_metrics(measured_view(stopped, ids)[0]) == \
+        compute_metrics(measured_view(full, ids)[0])
+    assert stopped.ttft_percentile(99, ids) == full.ttft_percentile(99, ids)
+
+
+def test_early_stop_at_the_deadline_and_bad_stops():
+    trace = busy_trace()
+    full = simulate(trace, "vllm", engine_overrides={"max_num_seqs": 2})
+    finish = sorted(p.finish for p in full.programs)
+    deadline = finish[5]
+    stopped = simulate(trace, "vllm", engine_overrides={"max_num_seqs": 2},
+                       stop=EarlyStop(frozenset({"p19"}), deadline=deadline))
+    assert {p.program_id for p in stopped.programs} == \
+        {p.program_id for p in full.programs if p.finish <= stopped.end_time}
+    assert deadline < stopped.end_time < finish[-1]
+    with pytest.raises(ValueError, match="not in the trace"):
+        simulate(trace, "vllm", stop=EarlyStop(frozenset({"nope"})))
+    with pytest.raises(ValueError, match="programs"):
+        EarlyStop(frozenset())
+
+
+@pytest.mark.parametrize("replicas", [0, 2])
+def test_early_stop_when_the_watch_says_so(replicas):
+    trace = busy_trace()
+    overrides = {"max_num_seqs": 2}
+    seen = []
+
+    def watch(now, in_system):
+        seen.append((now, in_system))
+        return in_system > 5
+
+    def run(stop=None):
+        if replicas:
+            return simulate_replicas(trace, "vllm", replicas, "round_robin",
+                                     engine_overrides=overrides, stop=stop)
+        return simulate(trace, "vllm", engine_overrides=overrides, stop=stop)
+
+    full, stopped = run(), run(EarlyStop(frozenset({"p19"}), watch=watch))
+    times = [t for t, _ in seen]
+    assert times == sorted(times) and seen[-1][1] == 6
+    assert all(n <= 5 for _, n in seen[:-1])
+    done = {p.program_id for p in stopped.programs}
+    assert done == {p.program_id for p in full.programs if p.finish <= seen[-1][0]}
+    assert len(done) < 20
+
+
+# ----- one steady point on a real workload ---------------------------------------------------
+TINY = SteadyConfig(warmup_programs=6, window_programs=12, tail_programs=60,
+                    max_backlog_growth=0.5)
+
+
+@pytest.fixture(scope="module")
+def sharegpt_base():
+    return generate_trace("sharegpt", TINY.total_programs, 0, BASE_RATE)
+
+
+def test_a_light_rate_is_steady_and_a_burst_is_overloaded(sharegpt_base):
+    light = run_steady_point("sharegpt", sharegpt_base, 0, "optimized", 0.05, TINY)
+    ids = measured_ids(sharegpt_base, TINY.window(BASE_RATE))
+    assert light.verdict is Verdict.STEADY and not light.point.overloaded
+    assert light.measured == light.point.num_programs == light.point.programs_completed == len(ids)
+    assert light.window == Window(6 / 0.05, 18 / 0.05)
+    assert math.isnan(light.backlog_growth)  # all measured finished before the window closed
+    assert light.first_half > 0 and light.second_half > 0
+    # 50/s, several times the capacity: more than 18 programs in the system before the
+    # measured ones are done (and long before the last arrival, at about 1.6 s).
+    heavy = run_steady_point("sharegpt", sharegpt_base, 0, "optimized", 50.0, TINY)
+    assert heavy.verdict is Verdict.BACKLOG and heavy.point.overloaded
+    assert heavy.point.programs_completed < heavy.measured
+    assert not meets_target(heavy.point, 1e9)
+
+
+def test_the_steady_point_is_the_full_runs_over_the_measured_programs(sharegpt_base):
+    steady = run_steady_point("sharegpt", sharegpt_base, 0, "atlas", 0.2, TINY)
+    full = simulate(retimed(sharegpt_base, 0.2), "atlas")
+    ids = measured_ids(sharegpt_base, TINY.window(BASE_RATE))
+    metrics = compute_metrics([p for p in full.programs if p.program_id in ids])
+    assert steady.point.mean_norm_latency == metrics.mean_norm_latency
+    assert steady.point.p99_norm_latency == metrics.p99_norm_latency
+    assert steady.point.throughput_tokens_per_s == metrics.throughput_tokens_per_s
+    assert steady.point.ttft_p99_s == full.ttft_percentile(99, ids)
+
+
+# ----- the search over seeds -----------------------------------------------------------------
+@pytest.fixture
+def fake_points(monkeypatch):
+    """`run_steady_point` replaced: mean latency 0.01 r^2 x (1 + seed / 4), overloaded from
+    rate 16; the traces generated are listed."""
+    generated, multis = [], []
+    monkeypatch.setattr(ss, "generate_trace", lambda w, n, seed, rate:
+                        generated.append((w, n, seed, rate)) or at(1.0))
+
+    def fake(workload, base, seed, policy, rate, config, preset, model, multi):
+        multis.append(multi)
+        mean = 0.01 * rate * rate * (1 + seed / 4) * (4.0 if policy == "vllm" else 1.0)
+        overloaded = rate >= 16
+        verdict = Verdict.BACKLOG if overloaded else Verdict.STEADY
+        return SteadyPoint(seed, config.window(rate), 600, mean, mean, 0.5 if overloaded else 0,
+                           verdict, point(rate, mean, policy, overloaded, workload))
+
+    monkeypatch.setattr(ss, "run_steady_point", fake)
+    return generated, multis
+
+
+def test_find_steady_capacities_searches_every_seed(fake_points):
+    generated, _ = fake_points
+    config = SteadyConfig(10, 20, 30)
+    runs = find_steady_capacities("lats", ["vllm", "atlas"], [0.16], [0, 4], config, 1.0,
+                                  iterations=1, progress=False)
+    assert generated == [("lats", 60, 0, BASE_RATE), ("lats", 60, 4, BASE_RATE)]
+    assert [r.seed for r in runs] == [0] * 9 + [4] * 7
+    # seed 0, atlas: 1, 2, 4 meet 0.16, 8 misses, bisect at sqrt(32): capacity 4.
+    assert [r.point.rate for r in runs if r.seed == 0 and r.point.policy == "atlas"] == \
+        pytest.approx([1.0, 2.0, 4.0, 8.0, math.sqrt(32)])
+    assert seed_capacities(runs, "atlas", 0.16) == {0: pytest.approx(4.0),
+                                                    4: pytest.approx(2 * math.sqrt(2))}
+    assert seed_capacities(runs, "vllm", 0.16) == {0: pytest.approx(2.0),
+                                                   4: pytest.approx(math.sqrt(2))}
+    # A target met at every rate that is not overloaded: 4, 8 meet, 16 (overloaded) misses,
+    # bisect at 16 / sqrt(2), then 16 / 2 ** (1 / 4): the last meeting rate, no interpolation.
+    runs = find_steady_capacities("lats", ["atlas"], [100.0], [0], config, 4.0,
+                                  iterations=2, progress=False)
+    assert [r.point.rate for r in runs] == pytest.approx([4.0, 8.0, 16.0, 16 / 2 ** 0.5,
+                                                          16 / 2 ** 0.25])
+    assert seed_capacities(runs, "atlas", 100.0) == {0: pytest.approx(16 / 2 ** 0.25)}
+
+
+def test_spread_min_median_max():
+    assert spread([3.0, 1.0, 2.0]) == (1.0, 2.0, 3.0)
+    assert spread([4.0, None, 2.0, 3.0]) == (None, 2.0, 4.0)  # lower middle of an even count
+    assert spread([5.0]) == (5.0, 5.0, 5.0)
+
+
+def test_reports_show_the_spread_the_window_and_overloaded_points(fake_points, tmp_path):
+    config = SteadyConfig(10, 20, 30)
+    runs = find_steady_capacities("lats", ["vllm", "atlas"], [0.16], [0, 4], config, 1.0,
+                                  iterations=1, progress=False)
+    table = steady_capacity_table(runs, 0.16)
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+            for line in table.splitlines() if line.startswith("| ") and "policy" not in line}
+    assert rows["vllm"] == ["1.41", "1.41", "2", "0: 2, 4: 1.41", "1.00x"]
+    assert rows["atlas"] == ["2.83", "2.83", "4", "0: 4, 4: 2.83", "2.00x"]
+    heavy = find_steady_capacities("lats", ["atlas"], [1.0], [0], config, 16.0,
+                                   iterations=0, progress=False)
+    text = steady_points_table(heavy)
+    assert "| 0 | atlas | 16 | [0.6, 1.9) | 600 | 4 | overloaded | " in text
+    assert "overloaded: backlog grows (4/600 done at the stop, backlog +0.50)" in text
+    assert "| 0 | atlas | 8 | [1.2, 3.8) | 600 | 4 | 0.6400 / 1.2800 / 1.9200 | " in text
+    assert "| steady, backlog +0.00 |" in text
+    md, png = write_steady_outputs(runs, [LatencyTarget(0.16, "given")], config, tmp_path,
+                                   "agentix bench capacity x")
+    text = md.read_text()
+    assert "60 programs per seed (warm-up 10, window 20, tail 30)" in text
+    assert "by more than 0.2 of the window's programs or passes 30" in text
+    assert "[10/r, 30/r) s at rate r (seed 0: 600, seed 4: 600 programs)" in text
+    assert "## Target 0.1600 s/token (given)" in text and "## Every run" in text
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+# ----- the command line ---------------------------------------------------------------------
+def test_cli_capacity_flags_parse():
+    parser = cli.build_parser()
+    args = parser.parse_args(["capacity", "--workload", "sharegpt"])
+    assert args.finite_trace is False and args.seeds == [0, 1, 2]
+    assert (args.warmup_programs, args.window_programs, args.tail_programs,
+            args.max_backlog_growth) == (600, 600, 2400, 0.2)
+    args = parser.parse_args(["capacity", "--workload", "sharegpt", "--seeds", "3,1,3",
+                              "--warmup-programs", "0", "--window-programs", "50",
+                              "--tail-programs", "70", "--max-backlog-growth", "0.5"])
+    assert (args.seeds, args.warmup_programs, args.window_programs, args.tail_programs,
+            args.max_backlog_growth) == ([3, 1], 0, 50, 70, 0.5)
+    assert parser.parse_args(["capacity", "--workload", "lats", "--finite-trace"]).finite_trace
+    assert not parser.parse_args(["capacity", "--workload", "lats",
+                                  "--steady-state"]).finite_trace
+    for bad in (["--finite-trace", "--steady-state"], ["--seeds", "a"], ["--seeds", ","],
+                ["--max-backlog-growth", "0"], ["--window-programs", "0"],
+                ["--tail-programs", "0"],
+                ["--warmup-programs", "-1"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["capacity", "--workload", "lats", *bad])
+
+
+def test_cli_capacity_runs_at_steady_state_by_default(fake_points, tmp_path, capsys):
+    cli.main(["capacity", "--workload", "lats", "--policies", "vllm,atlas", "--target", "0.16",
+              "--fixed-target", "0", "--iterations", "1", "--seeds", "0,4",
+              "--warmup-programs", "10", "--window-programs", "20", "--tail-programs", "30",
+              "--out", str(tmp_path), "--no-progress", "--replicas", "2"])
+    generated, multis = fake_points
+    assert multis and all(m == dict(replicas=2, placement="agentix", cutoff=2048)
+                          for m in multis)
+    out = capsys.readouterr().out
+    assert "lats at steady state, seeds 0,4, llama-3.1-8b on a100-80g, on 2 replicas" in out
+    assert "measured: the programs arriving in [10/r, 30/r) s" in out
+    assert "| atlas | 2.83 | 2.83 | 4 | 0: 4, 4: 2.83 | 2.00x |" in out
+    assert generated == [("lats", 60, 0, BASE_RATE), ("lats", 60, 4, BASE_RATE)]
+    text = (tmp_path / "capacity_lats.md").read_text()
+    assert text.startswith("# Steady-state capacity: lats")
+    assert "--seeds 0,4" in text
