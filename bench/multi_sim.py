@@ -217,7 +217,8 @@ class MultiDriver(Driver):
         engine_id = engine_ids.get(index)
         if engine_id is None:
             engine_id = engine_ids[index] = replica.engine.start_program(
-                program.trace.program_id, oracle_work=self._oracle_work(program))
+                program.trace.program_id, oracle_work=self._oracle_work(program),
+                program_class=program.trace.workload)
         replica.engine.add_call(engine_id, prompt, self._params(call.output_len), call_id=key)
         replica.calls += 1
         self.by_call_id[key] = (program, call)

@@ -4,10 +4,12 @@ The engine, scheduler, KV cache manager, swap accounting and multistep are the r
 the executor is simulated (`bench.sim_executor`), so a schedule found here is one the engine would
 make. The driver owns the programs: a program starts at its arrival, a call is added once all
 its parents have finished and its `delay` has passed since the last of them (a root call: since
-the program's arrival), and the program ends when its last call finishes. When the engine has
-nothing to run the clock jumps to the next event instead of stepping. Per call it records when
-the call was added, when `engine.step()` returned its first token (the call's time to first
-token is the difference) and when it finished.
+the program's arrival), and the program ends when its last call finishes. Each program is
+labelled with its workload as its `program_class` (what an agent framework can say of its
+programs; only the `gittins` policy uses it). When the engine has nothing to run the clock
+jumps to the next event instead of stepping. Per call it records when the call was added,
+when `engine.step()` returned its first token (the call's time to first token is the
+difference) and when it finished.
 
 A run may stop early (`EarlyStop`): once a given set of programs has finished, once the clock
 passes a deadline, or when a watcher of the backlog says so. Up to that point it is the same
@@ -338,7 +340,8 @@ class Driver:
 
     def _start(self, program: _Program) -> None:
         program.engine_id = self.engine.start_program(program.trace.program_id,
-                                                      oracle_work=self._oracle_work(program))
+                                                      oracle_work=self._oracle_work(program),
+                                                      program_class=program.trace.workload)
         self._open(program)
 
     def _oracle_work(self, program: _Program) -> float | None:

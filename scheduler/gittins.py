@@ -61,9 +61,10 @@ def gittins_index(sizes: np.ndarray, weights: np.ndarray, attained: float) -> fl
 @dataclass(frozen=True)
 class IndexTable:
     """G on a grid, as positions on a log scale: `ranks[i]` (in [0, 1], 0 for the highest
-    index, 1 for the lowest) holds for `points[i] <= a < points[i+1]` (`points[0]` is 0).
-    At or past `limit`, the largest size seen, the rank is the lowest: a program longer than
-    every one observed yields to the rest."""
+    index, 1 for the lowest) holds for `points[i] <= a < points[i+1]` (`points[0]` is 0),
+    the last one also past `limit`, the largest size seen: a program longer than every one
+    observed keeps the trend of the largest ones (in time mode sizes grow with the load, so
+    a run that gets busier meets many such programs)."""
 
     points: tuple[float, ...]
     ranks: tuple[float, ...]
@@ -86,8 +87,6 @@ class IndexTable:
     def level(self, attained: float, num_levels: int) -> int:
         """The level of `attained` service among `num_levels` (equal shares of the log
         range of the index)."""
-        if attained >= self.limit:
-            return num_levels - 1
         rank = self.ranks[bisect.bisect_right(self.points, attained) - 1]
         return min(num_levels - 1, int(rank * num_levels))
 

@@ -7,7 +7,10 @@ computed from the sizes of finished programs (see `scheduler.gittins`).
   index targets the mean normalised latency.
 - Learnt per class (the program's tenant and its client-given `program_class`) from the last
   `window` programs of the class; a class with fewer than `min_samples` uses every class's
-  samples; with fewer than that overall, calls take ATLAS's levels (and the order below).
+  samples; with fewer than that overall, every call waits in the last level, in the order
+  below: program FCFS. (ATLAS's order there was measured worse: it runs programs side by
+  side, so the first ones finish late and the learner waits for its samples while the
+  queue grows; program FCFS finishes programs soonest. See bench/RESULTS.md.)
 - The index is binned into the scheduler's levels by rank (highest index at level 0), so
   quanta, priority preemption, anti-starvation and the retention ranks work unchanged. A
   call moves up as soon as its index rises (alike programs: the most-served goes first,
@@ -38,7 +41,7 @@ class GittinsPolicy(ATLASPolicy):
     def entry_level(self, program: ProgramRecord, levels: QueueLevels) -> int:
         table = self._table(program)
         if table is None:
-            return super().entry_level(program, levels)
+            return levels.num_queues - 1
         return table.level(program.service, levels.num_queues)
 
     def order(self, program: ProgramRecord, call: CallRecord, seq: int) -> tuple:
@@ -48,7 +51,7 @@ class GittinsPolicy(ATLASPolicy):
                levels: QueueLevels) -> int:
         table = self._table(program)
         if table is None:
-            return super().charge(program, call, service, levels)
+            return call.queue
         call.quantum_left -= service
         level = table.level(call.start_value + call.total_service, levels.num_queues)
         if level > call.queue and call.quantum_left > 0:

@@ -44,7 +44,7 @@ def test_table_of_a_heavy_tail_puts_fresh_programs_first_and_the_survivors_last(
     assert table.level(0.5, 8) == 0
     assert table.level(1.0, 8) == 7  # the lowest index of all: 99 to go, surely
     assert table.level(50.0, 8) == 6
-    assert table.level(100.0, 8) == 7  # past every size seen
+    assert table.level(100.0, 8) == table.level(99.0, 8) == 1  # past every size: the trend
 
 
 def test_table_of_alike_sizes_puts_the_most_served_first():
@@ -142,14 +142,12 @@ def test_gittins_is_least_attained_service_under_a_heavy_tail():
     assert old_program_returns_with_two_newcomers(sim) == ["new-1", "new-2", "old-1"]
 
 
-def test_gittins_uses_atlas_levels_until_it_has_seen_enough_programs():
-    # new-1's prefill uses level 0's quantum and demotes it to level 1, where old-1 (entered
-    # at its program's 15) goes first: inside a level, the older program first
+def test_gittins_is_program_fcfs_until_it_has_seen_enough_programs():
+    # every call waits in the last level, in its program's start order, as under pfcfs
     sim = Sim("gittins", **BASE)
-    assert old_program_returns_with_two_newcomers(sim) == ["new-2", "old-1", "new-1"]
-    atlas = Sim("atlas", **BASE)
-    assert old_program_returns_with_two_newcomers(atlas) == ["new-2", "new-1", "old-1"]
-    assert isinstance(sim.scheduler.policy, GittinsPolicy)
+    assert old_program_returns_with_two_newcomers(sim) == ["old-1", "new-1", "new-2"]
+    pfcfs = Sim("pfcfs", **BASE)
+    assert old_program_returns_with_two_newcomers(pfcfs) == ["old-1", "new-1", "new-2"]
     assert sim.scheduler.policy.learner.num_samples() == 0  # no program ended
 
 
