@@ -33,3 +33,21 @@ def tiny_llama_dir(tmp_path_factory):
     build_tiny_llama(path, tie_word_embeddings=True)
     save_word_tokenizer(path)
     return str(path)
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny matrices: one thread is faster than several sharing a few cores (for a module:
+    `pytestmark = pytest.mark.usefixtures("one_torch_thread")`)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def tiny_tied_llama(tmp_path_factory):
+    """(model_dir, transformers model): one tied tiny Llama, shared by the modules that
+    compare the host tier's and failed steps' tokens with transformers."""
+    path = tmp_path_factory.mktemp("tiny-llama-tied")
+    return str(path), build_tiny_llama(path, tie_word_embeddings=True)

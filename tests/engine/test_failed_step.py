@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import pytest
-import torch
 
 from engine import CompletionOutput, EngineConfig, LLMEngine, SamplingParams
 from engine.call import FinishReason
@@ -27,7 +26,7 @@ from engine.executor import StepResult
 from engine.model_runner import ModelRunner
 from scheduler.plan import SchedulePlan
 from scheduler.preemption import PreemptionKind
-from tiny_llama import build_tiny_llama, hf_greedy
+from tiny_llama import hf_greedy
 
 NUM_HOST_BLOCKS = 32
 
@@ -114,20 +113,7 @@ def named_calls(plan: SchedulePlan) -> set[str]:
     return {c.call.call_id for c in plan.chunks} | set(plan.preempted) | set(plan.swapped)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny matrices: one thread is faster than several sharing a few cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """(model_dir, transformers model): one tied tiny Llama for this module."""
-    path = tmp_path_factory.mktemp("tiny-llama-failed-step")
-    return str(path), build_tiny_llama(path, tie_word_embeddings=True)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 _REFERENCE: dict[tuple[int, tuple[int, ...], int], list[int]] = {}
@@ -314,8 +300,8 @@ def assert_reference_tokens(model, results: dict[str, tuple]) -> None:
 
 @FAULTS
 def test_a_failed_step_that_offloads_and_fetches_serves_neither_and_a_later_host_hit_is_exact(
-        tiny, fault):
-    model_dir, model = tiny
+        tiny_tied_llama, fault):
+    model_dir, model = tiny_tied_llama
     d, results = run_prefix_tier(model_dir, fault)
     [plan], [failure] = d.executor.failed_plans, d.failures
     # The step fetching A's 3 host blocks while offloading C's 3 tail blocks failed: a2 only.
@@ -337,8 +323,8 @@ def test_a_failed_step_that_offloads_and_fetches_serves_neither_and_a_later_host
                          ids=lambda w: w.__name__)
 @FAULTS
 def test_a_failed_step_under_swap_preemption_or_multistep_fails_only_its_calls(
-        tiny, fault, when):
-    model_dir, model = tiny
+        tiny_tied_llama, fault, when):
+    model_dir, model = tiny_tied_llama
     d, results = run_swapping(model_dir, fault, when)
     [failed_at] = d.failed_at_steps
     # The round ended with the failure: the next step is planned afresh.
@@ -349,13 +335,13 @@ def test_a_failed_step_under_swap_preemption_or_multistep_fails_only_its_calls(
     assert_all_free(d.engine)
 
 
-def test_faults_at_random_points_in_a_tenth_of_the_steps_never_change_a_token(tiny):
+def test_faults_at_random_points_in_a_tenth_of_the_steps_never_change_a_token(tiny_tied_llama):
     """The issue's reproduction: three live programs, three turns each, whose KV a one-call
     program's long prompt pushes through the host tier every turn, on 13 blocks of 4 tokens;
     a fault at a random point (all four are hit) in about one step in eight; the failed
     calls added again. Before steps were undone, 2 of these 12 calls came back with other
     tokens than transformers', with `check_integrity()` passing throughout."""
-    model_dir, model = tiny
+    model_dir, model = tiny_tied_llama
     rng = random.Random(20)
     d = make_driver(model_dir, lambda plan: rng.choice(list(Fault))
                     if rng.random() < 0.12 and plan.chunks else None)

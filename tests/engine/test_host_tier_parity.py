@@ -7,28 +7,14 @@ from __future__ import annotations
 import random
 
 import pytest
-import torch
 
 from engine import EngineConfig, LLMEngine, SamplingParams
-from tiny_llama import build_tiny_llama, hf_greedy
+from tiny_llama import hf_greedy
 
 NUM_HOST_BLOCKS = 32
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny matrices: one thread is faster than several sharing a few cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """(model_dir, transformers model): one tied tiny Llama for this module."""
-    path = tmp_path_factory.mktemp("tiny-llama-host-tier")
-    return str(path), build_tiny_llama(path, tie_word_embeddings=True)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 class StepClock:
@@ -74,8 +60,8 @@ def assert_all_free(engine: LLMEngine) -> None:
     assert engine.kv.num_free_host_blocks == NUM_HOST_BLOCKS
 
 
-def test_a_prefix_offloaded_to_host_is_fetched_back_token_exact(tiny):
-    model_dir, model = tiny
+def test_a_prefix_offloaded_to_host_is_fetched_back_token_exact(tiny_tied_llama):
+    model_dir, model = tiny_tied_llama
     engine, clock = make_engine(model_dir)  # 13 usable blocks of 4 tokens
     rng = random.Random(0)
     engine.start_program("A")
@@ -108,8 +94,8 @@ PROMPT_LENGTHS = [3, 7, 12, 17, 22, 29, 33, 40]
 OUTPUT_LENGTHS = [9, 24, 5, 16, 20, 12, 7, 18]
 
 
-def test_swap_preemption_under_memory_pressure_with_prefix_caching_is_token_exact(tiny):
-    model_dir, model = tiny
+def test_swap_preemption_under_memory_pressure_with_prefix_caching_is_token_exact(tiny_tied_llama):
+    model_dir, model = tiny_tied_llama
     engine, clock = make_engine(model_dir, block_size=8, num_kv_blocks=12,
                                 preemption_mode="swap")
     rng = random.Random(1)
