@@ -8,7 +8,7 @@
 | plas | the program's summed service | sum |
 | atlas | the program's critical path | max(service, start value + call service) |
 | pfcfs | one queue, in program start order, then call arrival | sum |
-| gittins | the Gittins index of its attained service, learnt from finished programs (ATLAS until enough) | as atlas |
+| gittins | the Gittins index of its attained service, learnt (pfcfs until learnt) | as atlas |
 | oracle | the program's remaining work (told, not learnt); never demoted | sum |
 
 A new policy is one `Policy` subclass in one new file, added to `POLICIES` below; code that
