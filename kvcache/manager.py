@@ -45,8 +45,8 @@ class KVCacheManager:
     Two tiers of prefix cache: freed cached blocks stay findable on the device, ranked by the
     caller (`free(..., owner, rank)`, `set_rank`); once `enable_offload(min_rank)`, a cached
     block of rank >= `min_rank` that an allocation evicts is copied to a host block instead
-    of being dropped, and `fetch_prefix` copies such blocks back for a later hit. A hash is cached on at most one
-    tier at a time.
+    of being dropped, and `fetch_prefix` copies such blocks back for a later hit. A hash is
+    cached on at most one tier at a time.
 
     Nothing here touches tensors: `swap_out`, `swap_in`, `fetch_prefix` and `take_offloads`
     return the copies the executor must make in the same step, before anything else writes
