@@ -20,13 +20,15 @@ class DuplicateCallError(ValueError):
 
 class StepFailedError(RuntimeError):
     """A step raised after it was planned (in the executor, or applying its result); the
-    original exception is `__cause__`. The calls the step named (`call_ids`) have finished
+    original exception is `cause` (and `__cause__`), named in the message. The calls the step named (`call_ids`) have finished
     with reason "error" and released all their blocks; every other call is untouched, and
     the engine can go on stepping."""
 
-    def __init__(self, call_ids: list[str]) -> None:
-        super().__init__(call_ids)
+    def __init__(self, call_ids: list[str], cause: BaseException) -> None:
+        super().__init__(call_ids, cause)
         self.call_ids = call_ids
+        self.cause = cause
 
     def __str__(self) -> str:
-        return f"step failed; {len(self.call_ids)} call(s) in it failed"
+        return (f"step failed ({type(self.cause).__name__}: {self.cause}); "
+                f"{len(self.call_ids)} call(s) in it failed")

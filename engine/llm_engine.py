@@ -232,7 +232,7 @@ class LLMEngine:
             result = self.executor.execute(plan)
             return self.apply(plan, result)
         except Exception as exc:
-            raise StepFailedError(self._fail_step(plan)) from exc
+            raise StepFailedError(self._fail_step(plan), exc) from exc
 
     def _fail_step(self, plan: SchedulePlan) -> list[str]:
         """The calls `plan` names end with reason ERROR, their blocks freed, and nothing the

@@ -16,6 +16,7 @@ import pytest
 
 from processes import alive, wait_gone
 from engine import LLM, SamplingParams
+from engine.errors import StepFailedError
 from engine.parallel.workers import WorkerError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,8 +44,9 @@ def test_an_exception_in_a_step_stops_the_workers(tiny_llama_dir, monkeypatch):
     with pytest.raises(RuntimeError, match="injected failure"):
         llm.generate([5, 6, 7], SamplingParams(max_tokens=3))
     assert wait_gone(pids, 2.0) == []
-    with pytest.raises(WorkerError, match="stopped"):
+    with pytest.raises(StepFailedError, match="workers are stopped") as failed:
         llm.generate([8, 9], SamplingParams(max_tokens=2))
+    assert isinstance(failed.value.cause, WorkerError)
     llm.close()
 
 
