@@ -19,7 +19,8 @@ at a sample's size, so each index is one pass over the samples above a (see
   finishes programs one after another (program FCFS).
 
 `IndexTable` is G on a grid of attained-service points, binned into the scheduler's levels
-by equal shares of its log range (highest index at level 0), so a lookup is one bisect.
+by equal shares of the log range of every table in use (highest index at level 0; one range
+for all classes, so their levels compare), so a lookup is one bisect.
 `SizeLearner` keeps the last `window` samples overall and per class and rebuilds a table
 only when an eighth of its samples are new, never per step.
 """
@@ -60,14 +61,13 @@ def gittins_index(sizes: np.ndarray, weights: np.ndarray, attained: float) -> fl
 
 @dataclass(frozen=True)
 class IndexTable:
-    """G on a grid, as positions on a log scale: `ranks[i]` (in [0, 1], 0 for the highest
-    index, 1 for the lowest) holds for `points[i] <= a < points[i+1]` (`points[0]` is 0),
-    the last one also past `limit`, the largest size seen: a program longer than every one
-    observed keeps the trend of the largest ones (in time mode sizes grow with the load, so
-    a run that gets busier meets many such programs)."""
+    """log G on a grid: `log_index[i]` holds for `points[i] <= a < points[i+1]`
+    (`points[0]` is 0), the last one also past `limit`, the largest size seen: a program
+    longer than every one observed keeps the trend of the largest ones (in time mode sizes
+    grow with the load, so a run that gets busier meets many such programs)."""
 
     points: tuple[float, ...]
-    ranks: tuple[float, ...]
+    log_index: tuple[float, ...]
     limit: float
 
     @classmethod
@@ -79,16 +79,23 @@ class IndexTable:
         grid = np.concatenate([np.quantile(sizes, np.linspace(0, 1, GRID_POINTS)),
                                np.linspace(0, limit, GRID_POINTS, endpoint=False)])
         points = sorted({0.0, *(float(p) for p in grid if p < limit)})
-        logs = np.log([gittins_index(sizes, weights, p) for p in points])
-        span = logs.max() - logs.min()
-        ranks = (logs.max() - logs) / span if span > 0 else np.zeros(len(points))
-        return cls(tuple(points), tuple(float(r) for r in ranks), limit)
+        logs = tuple(float(np.log(gittins_index(sizes, weights, p))) for p in points)
+        return cls(tuple(points), logs, limit)
 
-    def level(self, attained: float, num_levels: int) -> int:
-        """The level of `attained` service among `num_levels` (equal shares of the log
-        range of the index)."""
-        rank = self.ranks[bisect.bisect_right(self.points, attained) - 1]
-        return min(num_levels - 1, int(rank * num_levels))
+    @property
+    def span(self) -> tuple[float, float]:
+        """The lowest and highest log G of the table."""
+        return min(self.log_index), max(self.log_index)
+
+    def level(self, attained: float, num_levels: int,
+              span: tuple[float, float] | None = None) -> int:
+        """The level of `attained` service among `num_levels`: equal shares of the log range
+        `span` (low, high) of the index (default: this table's own), the highest index at
+        level 0. Tables of several classes share one span, so their levels compare."""
+        low, high = span or self.span
+        value = self.log_index[bisect.bisect_right(self.points, attained) - 1]
+        rank = (high - value) / (high - low) if high > low else 0.0
+        return min(num_levels - 1, max(0, int(rank * num_levels)))
 
 
 class _Samples:
@@ -100,14 +107,17 @@ class _Samples:
         self.new = 0
         self.table: IndexTable | None = None
 
-    def add(self, size: float, weight: float, min_samples: int) -> None:
+    def add(self, size: float, weight: float, min_samples: int) -> bool:
+        """Add a sample; returns whether the table was rebuilt."""
         self.sizes.append(size)
         self.weights.append(weight)
         self.new += 1
-        if len(self.sizes) >= min_samples and self.new >= max(1, len(self.sizes) // 8):
-            self.table = IndexTable.build(np.fromiter(self.sizes, float),
-                                          np.fromiter(self.weights, float))
-            self.new = 0
+        if len(self.sizes) < min_samples or self.new < max(1, len(self.sizes) // 8):
+            return False
+        self.table = IndexTable.build(np.fromiter(self.sizes, float),
+                                      np.fromiter(self.weights, float))
+        self.new = 0
+        return True
 
 
 class SizeLearner:
@@ -125,21 +135,34 @@ class SizeLearner:
         self.max_classes = max_classes
         self._overall = _Samples(window)
         self._classes: OrderedDict[Hashable, _Samples] = OrderedDict()
+        self._span = (0.0, 0.0)  # log G range over every table in use
 
     def observe(self, key: Hashable, size: float, weight: float) -> None:
         """Record one finished program of class `key` (its size must be positive)."""
         samples = self._classes.pop(key, None) or _Samples(self.window)
         self._classes[key] = samples
-        if len(self._classes) > self.max_classes:
+        evicted = len(self._classes) > self.max_classes
+        if evicted:
             self._classes.popitem(last=False)
-        for target in (samples, self._overall):
-            target.add(size, weight, self.min_samples)
+        rebuilt = [target.add(size, weight, self.min_samples)
+                   for target in (samples, self._overall)]
+        if any(rebuilt) or evicted:
+            spans = [t.table.span for t in (self._overall, *self._classes.values())
+                     if t.table is not None]
+            self._span = (min(low for low, _ in spans), max(high for _, high in spans))
 
     def table(self, key: Hashable) -> IndexTable | None:
         samples = self._classes.get(key)
         if samples is not None and samples.table is not None:
             return samples.table
         return self._overall.table
+
+    def level(self, key: Hashable, attained: float, num_levels: int) -> int | None:
+        """The level of a program of class `key` with `attained` service, on the log range
+        of every table in use (so a class whose programs are short ranks above one whose
+        programs are long); None before any table exists."""
+        table = self.table(key)
+        return None if table is None else table.level(attained, num_levels, self._span)
 
     def num_samples(self, key: Hashable | None = None) -> int:
         """Samples held for class `key` (overall when None)."""

@@ -11,9 +11,9 @@ computed from the sizes of finished programs (see `scheduler.gittins`).
   below: program FCFS. (ATLAS's order there was measured worse: it runs programs side by
   side, so the first ones finish late and the learner waits for its samples while the
   queue grows; program FCFS finishes programs soonest. See bench/RESULTS.md.)
-- The index is binned into the scheduler's levels by rank (highest index at level 0), so
-  quanta, priority preemption, anti-starvation and the retention ranks work unchanged. A
-  call moves up as soon as its index rises (alike programs: the most-served goes first,
+- The index is binned into the scheduler's levels by its log range over every class's
+  table (highest index at level 0; one range, so classes compare), so quanta, priority
+  preemption, anti-starvation and the retention ranks work unchanged. A call moves up as soon as its index rises (alike programs: the most-served goes first,
   program FCFS) and down once it has used its level's quantum (heavy tails: LAS).
 - Inside a level, calls go in their program's start order, then arrival order.
 
@@ -23,7 +23,7 @@ are new (one numpy pass per grid point), never per step.
 
 from __future__ import annotations
 
-from scheduler.gittins import IndexTable, SizeLearner
+from scheduler.gittins import SizeLearner
 from scheduler.policies.atlas import ATLASPolicy
 from scheduler.process_table import CallRecord, ProgramRecord
 from scheduler.queues import QueueLevels
@@ -35,25 +35,24 @@ class GittinsPolicy(ATLASPolicy):
     def __init__(self, window: int = 1000, min_samples: int = 16) -> None:
         self.learner = SizeLearner(window, min_samples)
 
-    def _table(self, program: ProgramRecord) -> IndexTable | None:
-        return self.learner.table((program.tenant, program.program_class))
+    def _level(self, program: ProgramRecord, attained: float, levels: QueueLevels
+               ) -> int | None:
+        return self.learner.level((program.tenant, program.program_class), attained,
+                                  levels.num_queues)
 
     def entry_level(self, program: ProgramRecord, levels: QueueLevels) -> int:
-        table = self._table(program)
-        if table is None:
-            return levels.num_queues - 1
-        return table.level(program.service, levels.num_queues)
+        level = self._level(program, program.service, levels)
+        return levels.num_queues - 1 if level is None else level
 
     def order(self, program: ProgramRecord, call: CallRecord, seq: int) -> tuple:
         return (program.started, call.arrival, seq)
 
     def charge(self, program: ProgramRecord, call: CallRecord, service: float,
                levels: QueueLevels) -> int:
-        table = self._table(program)
-        if table is None:
+        level = self._level(program, call.start_value + call.total_service, levels)
+        if level is None:
             return call.queue
         call.quantum_left -= service
-        level = table.level(call.start_value + call.total_service, levels.num_queues)
         if level > call.queue and call.quantum_left > 0:
             return call.queue  # a demotion waits for the quantum (a promoted call keeps it)
         if level != call.queue:

@@ -173,3 +173,18 @@ def test_program_fcfs_serves_an_older_programs_later_call_first(policy, order):
     sim.call("a", "a2", prompt_len=8, output_len=8)  # a's next call, after b's first
     sim.run_clean()
     assert sim.completed == order
+
+
+def test_classes_share_one_scale_so_short_programs_rank_above_long_ones():
+    # two classes of alike programs, one 100 times longer: each table alone would put its
+    # fresh programs at its own last level; on the shared scale the short class's fresh
+    # programs rank above the long class's
+    learner = SizeLearner(window=64, min_samples=8)
+    for i in range(16):
+        learner.observe("short", 10.0 + i % 4, 1.0)
+        learner.observe("long", 1000.0 + 100 * (i % 4), 1.0)
+    assert learner.table("short").level(0.0, 8) == learner.table("long").level(0.0, 8) == 7
+    assert learner.level("short", 0.0, 8) < learner.level("long", 0.0, 8)
+    assert learner.level("long", 0.0, 8) == 7
+    assert learner.level("unknown", 0.0, 8) is not None  # the overall table
+    assert SizeLearner().level("any", 0.0, 8) is None
