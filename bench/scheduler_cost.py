@@ -51,7 +51,8 @@ def measure(num_programs: int, running: int, waiting: int, steps: int, policy: s
     scheduler = Scheduler(SchedulerConfig(max_num_seqs=running, max_num_batched_tokens=
                                           running * prompt + running, service_mode="tokens",
                                           quantum_base=64, program_ttl=1e9,
-                                          kv_memory=kv_memory), kv,
+                                          kv_memory=kv_memory, max_programs=num_programs,
+                                          max_programs_per_tenant=num_programs), kv,
                           trained(make_policy(policy)))
     for p in range(num_programs):
         scheduler.start_program(0.0, f"p{p}")
