@@ -26,6 +26,7 @@ from engine.executor import StepResult
 from engine.model_runner import ModelRunner
 from scheduler.plan import SchedulePlan
 from scheduler.preemption import PreemptionKind
+from engine_checks import assert_all_free, random_tokens
 from tiny_llama import hf_greedy
 
 NUM_HOST_BLOCKS = 32
@@ -213,16 +214,6 @@ def make_driver(model_dir: str, inject: Injector, **overrides) -> Driver:
     engine = LLMEngine(EngineConfig.from_flat(**{**config, **overrides}), clock=clock)
     engine.executor = executor = FaultyExecutor(engine.runner, inject)
     return Driver(engine, clock, executor)
-
-
-def random_tokens(rng: random.Random, n: int) -> list[int]:
-    return [rng.randrange(3, 384) for _ in range(n)]
-
-
-def assert_all_free(engine: LLMEngine) -> None:
-    engine.check_integrity()
-    assert engine.kv.num_free_blocks == engine.kv.pool.num_usable
-    assert engine.kv.num_free_host_blocks == NUM_HOST_BLOCKS
 
 
 # ----- the prefix tier: offloads and fetches in one step ------------------------------------

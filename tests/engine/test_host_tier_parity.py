@@ -9,6 +9,7 @@ import random
 import pytest
 
 from engine import EngineConfig, LLMEngine, SamplingParams
+from engine_checks import assert_all_free, random_tokens
 from tiny_llama import hf_greedy
 
 NUM_HOST_BLOCKS = 32
@@ -48,16 +49,6 @@ def generate(engine: LLMEngine, clock: StepClock, program: str | None, prompt: l
                                                               ignore_eos=True), **kwargs)
     drain(engine, clock)
     return engine.pop_completion(call_id)
-
-
-def random_tokens(rng: random.Random, n: int) -> list[int]:
-    return [rng.randrange(3, 384) for _ in range(n)]
-
-
-def assert_all_free(engine: LLMEngine) -> None:
-    engine.check_integrity()
-    assert engine.kv.num_free_blocks == engine.kv.pool.num_usable
-    assert engine.kv.num_free_host_blocks == NUM_HOST_BLOCKS
 
 
 def test_a_prefix_offloaded_to_host_is_fetched_back_token_exact(tiny_tied_llama):
