@@ -20,6 +20,7 @@ from typing import Callable, TypeVar
 
 from engine import CompletionOutput, LLMEngine, StepOutput
 from engine.call import FinishReason
+from engine.errors import StepFailedError
 from server.call_stream import CallStream, StreamDelta, StreamFinal
 from server.detok import IncrementalText
 from server.errors import DrainingError, QueueFullError
@@ -241,10 +242,17 @@ class EngineLoop:
             self.engine.abort_call(call_id)
 
     def _step(self) -> None:
-        """One engine step and its outputs handed out. If anything raises, the calls in
-        flight are aborted and their streams end with "error"; the loop goes on."""
+        """One engine step and its outputs handed out. A step that failed (StepFailedError)
+        has already ended exactly the calls it named: their streams end with "error" and the
+        others go on. If anything else raises, every call in flight is aborted and its
+        stream ends with "error". Either way the loop goes on."""
         try:
             self._dispatch(self.engine.step())
+        except StepFailedError as exc:
+            log.error("%s; failing their streams", exc, exc_info=exc.cause)
+            for call_id in exc.call_ids:
+                if call_id in self._streams:
+                    self._fail(call_id)
         except Exception:
             log.exception("engine step failed; failing the calls in flight")
             self._fail_all()

@@ -68,3 +68,44 @@ def test_an_engine_failure_fails_the_calls_in_flight_and_the_server_goes_on(grpc
     assert_clean(grpc_server, free, timeout=2.0)
     _, _, final = collect(stub.Generate(gen_request([1, 5, 6], max_tokens=3)))
     assert final.finish_reason in ("length", "stop")
+
+
+def test_a_failed_step_fails_only_the_calls_it_ran(tiny_llama_dir):
+    """One seat: A runs, B waits. A step that raises in the executor names only A, so A's
+    stream ends with "error" while B then runs to its end; nothing leaks."""
+    import time
+
+    from grpc_helpers import start
+
+    from server import agentix_pb2_grpc
+
+    server = start(tiny_llama_dir, max_num_seqs=1)
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = agentix_pb2_grpc.AgentixStub(channel)
+            free = free_blocks(server)
+            first = stub.Generate(gen_request([1, 5, 6], **LONG))
+            next(first)
+            second = stub.Generate(gen_request([1, 7, 8], max_tokens=4, ignore_eos=True))
+            deadline = time.monotonic() + 5
+            while server.engine_loop.call(lambda engine: engine.num_waiting) < 1:
+                assert time.monotonic() < deadline, "the second call never queued"
+                time.sleep(0.01)
+
+            def break_next_step(engine) -> None:
+                real_execute = engine.executor.execute
+
+                def failing_execute(plan):
+                    engine.executor.execute = real_execute
+                    raise RuntimeError("injected executor failure")
+
+                engine.executor.execute = failing_execute
+
+            server.engine_loop.call(break_next_step)
+            _, _, final = collect(first)
+            assert final.finish_reason == "error"
+            tokens, _, final = collect(second)
+            assert final.finish_reason == "length" and len(tokens) == 4
+            assert_clean(server, free, timeout=2.0)
+    finally:
+        server.stop(grace=0)
