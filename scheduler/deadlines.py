@@ -1,5 +1,5 @@
-"""Per-call deadlines (first token, inter-token gap, starvation): one live deadline per call,
-popped when due.
+"""Deadlines keyed by id (a call's first token, inter-token gap or starvation; a program's
+retention): one live deadline per id, popped when due.
 
 A newer `watch` of a call replaces its deadline and `forget` drops it; their old heap
 entries are skipped when they come up, and once such stale entries make up more than half
@@ -22,6 +22,9 @@ class DeadlineWatch:
     def __len__(self) -> int:
         """Calls with a live deadline."""
         return len(self._current)
+
+    def __contains__(self, call_id: str) -> bool:
+        return call_id in self._current
 
     @property
     def num_entries(self) -> int:

@@ -20,19 +20,18 @@ observed gap, else `retention_prior_seconds`), capped by `retention_max_seconds`
 retained blocks of all programs stay within `retention_budget` of the pool; past either, the
 blocks fall back to the live, not retained rank. The retained blocks are counted as they are
 now on the device (the KV cache counts them for the programs marked retained): blocks evicted
-since, or taken back by a call, no longer count. Expiry pops a deadline heap once per round.
+since, or taken back by a call, no longer count. Expiry pops the due deadlines once per round.
 
 With `kv_memory="lru"` every rank is 0 and admissions may evict anything (plain LRU).
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
 from collections.abc import Callable
 
 from kvcache.manager import KVCacheManager
 from scheduler.config import SchedulerConfig
+from scheduler.deadlines import DeadlineWatch
 from scheduler.policies import Policy, Retention
 from scheduler.process_table import CallRecord, ProgramRecord
 
@@ -44,7 +43,7 @@ UNLIMITED = float("inf")
 class ProgramMemory:
     """Sets the ranks of programs' cached KV and tracks tool-call retention.
 
-    Owns: the retention records (program id -> deadline) and their expiry heap. The KV cache
+    Owns: the retention records (program id -> deadline, in a DeadlineWatch). The KV cache
     owns the blocks; this only re-ranks them through `KVCacheManager.set_rank`, keyed by
     program id, and marks retained programs (`set_retained`) so the cache counts their
     blocks.
@@ -58,9 +57,7 @@ class ProgramMemory:
         self.policy = policy
         self.num_levels = num_levels
         self.budget_blocks = int(config.retention_budget * kv.pool.num_usable)
-        self._retained: dict[str, float] = {}  # program -> deadline
-        self._expiry: list[tuple[float, int, str]] = []
-        self._tie = itertools.count()
+        self._retained = DeadlineWatch()  # program -> the deadline of its retention
         self.num_retained = 0
         self.num_retention_expired = 0
         if self.enabled:  # evicted KV of live programs goes to the host tier
@@ -109,9 +106,8 @@ class ProgramMemory:
         retained = 0 < ttl and self.retained_blocks + num_blocks <= self.budget_blocks
         if retained:
             deadline = now + ttl
-            self._retained[program.program_id] = deadline
+            self._retained.watch(program.program_id, deadline)
             self.kv.set_retained(program.program_id, True)
-            heapq.heappush(self._expiry, (deadline, next(self._tie), program.program_id))
             self.num_retained += 1
         rank = self.rank(level, Retention.TOOL_CALL if retained else Retention.NONE)
         self.kv.set_rank(program.program_id, rank)
@@ -139,16 +135,14 @@ class ProgramMemory:
     def expire(self, now: float, level_of: Callable[[str], int | None]) -> None:
         """End the retention of programs past their deadline; `level_of(program_id)` is the
         level the program's next call would enter (None if it is no longer live)."""
-        while self._expiry and self._expiry[0][0] <= now:
-            deadline, _, program_id = heapq.heappop(self._expiry)
-            if self._retained.get(program_id) != deadline:
-                continue  # released or renewed since
-            self._release(program_id)
+        for program_id in self._retained.due(now):
+            self.kv.set_retained(program_id, False)
             self.num_retention_expired += 1
             level = level_of(program_id)
             self.kv.set_rank(program_id, NO_OWNER_RANK if level is None
                              else self.rank(level, Retention.NONE))
 
     def _release(self, program_id: str) -> None:
-        if self._retained.pop(program_id, None) is not None:
+        if program_id in self._retained:
+            self._retained.forget(program_id)
             self.kv.set_retained(program_id, False)
