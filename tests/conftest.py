@@ -10,7 +10,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest
 import torch
 
-from tiny_llama import build_tiny_llama, save_word_tokenizer
+from tiny_llama import GreedyReference, build_tiny_llama, save_word_tokenizer
 
 if not torch.cuda.is_available():
     # Triton kernels run under the interpreter on CPU machines; this must be set before any
@@ -51,3 +51,15 @@ def tiny_tied_llama(tmp_path_factory):
     compare the host tier's and failed steps' tokens with transformers."""
     path = tmp_path_factory.mktemp("tiny-llama-tied")
     return str(path), build_tiny_llama(path, tie_word_embeddings=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_greedy(tiny_llama):
+    """transformers' greedy answers of `tiny_llama`'s model, cached for the session."""
+    return GreedyReference(tiny_llama[1])
+
+
+@pytest.fixture(scope="session")
+def tiny_tied_greedy(tiny_tied_llama):
+    """transformers' greedy answers of `tiny_tied_llama`'s model, cached for the session."""
+    return GreedyReference(tiny_tied_llama[1])

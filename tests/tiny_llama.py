@@ -58,6 +58,22 @@ def hf_greedy(model, prompt: list[int], max_new_tokens: int) -> list[int]:
     return out[0, len(prompt):].tolist()
 
 
+class GreedyReference:
+    """transformers' greedy continuations of one model, each (prompt, length) computed once.
+    Lives as long as its model (a session fixture beside it), so a cached answer can never
+    belong to another model."""
+
+    def __init__(self, model) -> None:
+        self._model = model
+        self._answers: dict[tuple[tuple[int, ...], int], list[int]] = {}
+
+    def __call__(self, prompt: list[int], max_new_tokens: int) -> list[int]:
+        key = (tuple(prompt), max_new_tokens)
+        if key not in self._answers:
+            self._answers[key] = hf_greedy(self._model, prompt, max_new_tokens)
+        return self._answers[key]
+
+
 def hf_chat_answers(model_dir, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
     """transformers' greedy answers (float32, stopping at the model's EOS) to token prompts."""
     from transformers import AutoModelForCausalLM

@@ -27,7 +27,7 @@ from engine.model_runner import ModelRunner
 from scheduler.plan import SchedulePlan
 from scheduler.preemption import PreemptionKind
 from engine_checks import assert_all_free, random_tokens
-from tiny_llama import hf_greedy
+from tiny_llama import GreedyReference
 
 NUM_HOST_BLOCKS = 32
 
@@ -115,17 +115,6 @@ def named_calls(plan: SchedulePlan) -> set[str]:
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-_REFERENCE: dict[tuple[int, tuple[int, ...], int], list[int]] = {}
-
-
-def reference(model, prompt: list[int], max_tokens: int) -> list[int]:
-    """transformers' greedy tokens, computed once per (model, prompt, length) for the module."""
-    key = (id(model), tuple(prompt), max_tokens)
-    if key not in _REFERENCE:
-        _REFERENCE[key] = hf_greedy(model, prompt, max_tokens)
-    return _REFERENCE[key]
 
 
 @dataclass
@@ -284,15 +273,15 @@ def run_swapping(model_dir: str, fault: Fault, when: Callable[[SchedulePlan], bo
 FAULTS = pytest.mark.parametrize("fault", list(Fault), ids=lambda f: f.name.lower())
 
 
-def assert_reference_tokens(model, results: dict[str, tuple]) -> None:
+def assert_reference_tokens(greedy: GreedyReference, results: dict[str, tuple]) -> None:
     for name, (prompt, n, out) in results.items():
-        assert out.token_ids == reference(model, prompt, n), name
+        assert out.token_ids == greedy(prompt, n), name
 
 
 @FAULTS
 def test_a_failed_step_that_offloads_and_fetches_serves_neither_and_a_later_host_hit_is_exact(
-        tiny_tied_llama, fault):
-    model_dir, model = tiny_tied_llama
+        tiny_tied_llama, tiny_tied_greedy, fault):
+    model_dir, _ = tiny_tied_llama
     d, results = run_prefix_tier(model_dir, fault)
     [plan], [failure] = d.executor.failed_plans, d.failures
     # The step fetching A's 3 host blocks while offloading C's 3 tail blocks failed: a2 only.
@@ -304,7 +293,7 @@ def test_a_failed_step_that_offloads_and_fetches_serves_neither_and_a_later_host
     # c2 hits 6 of C's blocks on the device and fetches its 7th back from the host.
     assert results["c2"][2].num_cached_tokens == 28
     assert d.engine.scheduler.stats()["fetched_blocks"] - d.fetched_at_failure == 1
-    assert_reference_tokens(model, results)
+    assert_reference_tokens(tiny_tied_greedy, results)
     for program in ("A", "C"):
         d.engine.end_program(program)
     assert_all_free(d.engine)
@@ -314,25 +303,26 @@ def test_a_failed_step_that_offloads_and_fetches_serves_neither_and_a_later_host
                          ids=lambda w: w.__name__)
 @FAULTS
 def test_a_failed_step_under_swap_preemption_or_multistep_fails_only_its_calls(
-        tiny_tied_llama, fault, when):
-    model_dir, model = tiny_tied_llama
+        tiny_tied_llama, tiny_tied_greedy, fault, when):
+    model_dir, _ = tiny_tied_llama
     d, results = run_swapping(model_dir, fault, when)
     [failed_at] = d.failed_at_steps
     # The round ended with the failure: the next step is planned afresh.
     assert not d.executor.plans[failed_at + 1].is_continuation
-    assert_reference_tokens(model, results)
+    assert_reference_tokens(tiny_tied_greedy, results)
     for i in range(len(PROMPT_LENGTHS)):
         d.engine.end_program(f"p{i}")
     assert_all_free(d.engine)
 
 
-def test_faults_at_random_points_in_a_tenth_of_the_steps_never_change_a_token(tiny_tied_llama):
+def test_faults_at_random_points_in_a_tenth_of_the_steps_never_change_a_token(
+        tiny_tied_llama, tiny_tied_greedy):
     """The issue's reproduction: three live programs, three turns each, whose KV a one-call
     program's long prompt pushes through the host tier every turn, on 13 blocks of 4 tokens;
     a fault at a random point (all four are hit) in about one step in eight; the failed
     calls added again. Before steps were undone, 2 of these 12 calls came back with other
     tokens than transformers', with `check_integrity()` passing throughout."""
-    model_dir, model = tiny_tied_llama
+    model_dir, _ = tiny_tied_llama
     rng = random.Random(20)
     d = make_driver(model_dir, lambda plan: rng.choice(list(Fault))
                     if rng.random() < 0.12 and plan.chunks else None)
@@ -354,7 +344,7 @@ def test_faults_at_random_points_in_a_tenth_of_the_steps_never_change_a_token(ti
     stats = d.engine.scheduler.stats()
     assert set(d.executor.faults) == set(Fault)
     assert stats["offloaded_blocks"] > 0 and stats["fetched_blocks"] > 0
-    assert_reference_tokens(model, results)
+    assert_reference_tokens(tiny_tied_greedy, results)
     for p in prompts:
         d.engine.end_program(p)
     assert_all_free(d.engine)

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from tiny_llama import hf_greedy
+from tiny_llama import GreedyReference
 from engine import LLM, SamplingParams
 
 PROMPT_LENGTHS = [3, 7, 12, 17, 22, 29, 33, 40]
@@ -25,14 +25,8 @@ def params() -> list[SamplingParams]:
     return [SamplingParams(max_tokens=n, ignore_eos=True) for n in OUTPUT_LENGTHS]
 
 
-_REFERENCE: dict = {}
-
-
-def reference(model, prompts) -> list[list[int]]:
-    key = (id(model), tuple(map(tuple, prompts)))
-    if key not in _REFERENCE:
-        _REFERENCE[key] = [hf_greedy(model, p, n) for p, n in zip(prompts, OUTPUT_LENGTHS)]
-    return _REFERENCE[key]
+def reference(greedy: GreedyReference, prompts) -> list[list[int]]:
+    return [greedy(p, n) for p, n in zip(prompts, OUTPUT_LENGTHS)]
 
 
 def run_engine(model_dir, prompts, **overrides):
@@ -43,15 +37,15 @@ def run_engine(model_dir, prompts, **overrides):
     return llm, [o.token_ids for o in outputs]
 
 
-def test_batch_of_eight(tiny_llama):
-    model_dir, model = tiny_llama
+def test_batch_of_eight(tiny_llama, tiny_llama_greedy):
+    model_dir, _ = tiny_llama
     prompts = make_prompts()
     _, got = run_engine(model_dir, prompts, num_kv_blocks=80)
-    assert got == reference(model, prompts)
+    assert got == reference(tiny_llama_greedy, prompts)
 
 
-def test_calls_arriving_while_others_decode(tiny_llama):
-    model_dir, model = tiny_llama
+def test_calls_arriving_while_others_decode(tiny_llama, tiny_llama_greedy):
+    model_dir, _ = tiny_llama
     prompts = make_prompts()
     llm = LLM(model_dir, block_size=8, num_kv_blocks=80)
     engine = llm.engine
@@ -64,19 +58,19 @@ def test_calls_arriving_while_others_decode(tiny_llama):
     while engine.has_unfinished_calls():
         engine.step()
     assert decoded_while_adding, "no call decoded while others arrived"
-    assert [engine.pop_completion(i).token_ids for i in ids] == reference(model, prompts)
+    assert [engine.pop_completion(i).token_ids for i in ids] == reference(tiny_llama_greedy, prompts)
     engine.check_integrity()
 
 
-def test_chunked_prefill_small_budget(tiny_llama):
-    model_dir, model = tiny_llama
+def test_chunked_prefill_small_budget(tiny_llama, tiny_llama_greedy):
+    model_dir, _ = tiny_llama
     prompts = make_prompts()
     _, got = run_engine(model_dir, prompts, num_kv_blocks=80, max_num_batched_tokens=10)
-    assert got == reference(model, prompts)
+    assert got == reference(tiny_llama_greedy, prompts)
 
 
-def test_prefix_caching_shared_prefixes(tiny_llama):
-    model_dir, model = tiny_llama
+def test_prefix_caching_shared_prefixes(tiny_llama, tiny_llama_greedy):
+    model_dir, _ = tiny_llama
     prompts = make_prompts(seed=1, shared_prefix=20)
     llm = LLM(model_dir, block_size=8, num_kv_blocks=80, enable_prefix_caching=True)
     first = llm.generate(prompts[:1], params()[:1])
@@ -85,7 +79,7 @@ def test_prefix_caching_shared_prefixes(tiny_llama):
     llm.engine.check_integrity()
     # The 20-token shared prefix spans two full 8-token blocks.
     assert [o.num_cached_tokens for o in rest] == [16] * 7
-    assert [o.token_ids for o in outputs] == reference(model, prompts)
+    assert [o.token_ids for o in outputs] == reference(tiny_llama_greedy, prompts)
 
 
 class RecordingExecutor:
@@ -100,8 +94,8 @@ class RecordingExecutor:
 
 
 @pytest.mark.parametrize("mode", ["recompute", "swap"])
-def test_preemption_under_a_tiny_pool(tiny_llama, mode):
-    model_dir, model = tiny_llama
+def test_preemption_under_a_tiny_pool(tiny_llama, tiny_llama_greedy, mode):
+    model_dir, _ = tiny_llama
     prompts = make_prompts()
     llm = LLM(model_dir, block_size=8, num_kv_blocks=12, preemption_mode=mode,
               num_host_blocks=40 if mode == "swap" else 0)
@@ -120,11 +114,11 @@ def test_preemption_under_a_tiny_pool(tiny_llama, mode):
         assert swapper.num_copies == batches
         assert swapper.num_blocks_out == swapper.num_blocks_in > 0
         assert engine.kv.num_free_host_blocks == 40
-    assert got == reference(model, prompts)
+    assert got == reference(tiny_llama_greedy, prompts)
 
 
-def test_multistep_four(tiny_llama):
-    model_dir, model = tiny_llama
+def test_multistep_four(tiny_llama, tiny_llama_greedy):
+    model_dir, _ = tiny_llama
     prompts = make_prompts()
     llm = LLM(model_dir, block_size=8, num_kv_blocks=80, multistep=4)
     recorder = llm.engine.executor = RecordingExecutor(llm.engine.runner)
@@ -133,4 +127,4 @@ def test_multistep_four(tiny_llama):
     continued = sum(p.is_continuation for p in recorder.plans)
     assert continued > len(recorder.plans) // 2
     assert llm.engine.scheduler.num_rounds == len(recorder.plans) - continued
-    assert got == reference(model, prompts)
+    assert got == reference(tiny_llama_greedy, prompts)
