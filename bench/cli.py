@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from bench.capacity import LatencyTarget
 
-WORKLOADS = ("sharegpt", "bfcl", "lats", "mixed")
+WORKLOADS = ("sharegpt", "bfcl", "lats", "mixed", "coding")
 FIXED_TARGET = 0.3  # s/token: `capacity`'s second latency target
 
 

@@ -45,8 +45,8 @@ class KVCacheManager:
     Two tiers of prefix cache: freed cached blocks stay findable on the device, ranked by the
     caller (`free(..., owner, rank)`, `set_rank`); once `enable_offload(min_rank)`, a cached
     block of rank >= `min_rank` that an allocation evicts is copied to a host block instead
-    of being dropped, and `fetch_prefix` copies such blocks back for a later hit. A hash is
-    cached on at most one tier at a time.
+    of being dropped, and `fetch_prefix` copies such blocks back for a later hit (`prefetch`:
+    before any call asks for them). A hash is cached on at most one tier at a time.
 
     Nothing here touches tensors: `swap_out`, `swap_in`, `fetch_prefix` and `take_offloads`
     return the copies the executor must make in the same step, before anything else writes
@@ -82,6 +82,7 @@ class KVCacheManager:
         self._fetched: list[int] = []  # device blocks fetch_prefix indexed this step
         self.num_offloaded_blocks = 0
         self.num_fetched_blocks = 0
+        self.num_prefetched_blocks = 0
 
     def enable_offload(self, min_rank: float) -> None:
         """From now on, evicted cached blocks of rank >= `min_rank` are copied to host blocks
@@ -199,6 +200,34 @@ class KVCacheManager:
         state.num_registered = len(state.device)
         self.num_fetched_blocks += num_blocks
         return list(zip(host, device))
+
+    def prefetch(self, owner: Hashable, token_ids: Sequence[int], rank: float,
+                 max_rank: float = 0.0) -> list[tuple[int, int]]:
+        """Copy back to the device the host-cached full blocks of `token_ids` that continue its
+        device-cached prefix, as many as blocks of rank <= `max_rank` allow (default: free
+        blocks and KV of rank 0 only, so a live program's KV is never evicted for it). They
+        become cached free blocks of `owner` at `rank`, findable at once. Call it after the
+        step's last allocation: a later one could evict them before their copy has run.
+        Returns the (host_block, device_block) copies for this step ([] for none)."""
+        if self.host_pool.num_cached == 0 or not self.enable_prefix_caching:
+            return []
+        state, end = _CallBlocks(), len(token_ids) // self.block_size
+        first = len(self._cached_run(self.pool.lookup, state, token_ids, 0, end))
+        host = self._cached_run(self.host_pool.lookup, state, token_ids, first, end)
+        host = host[:self.pool.num_evictable(max_rank)]
+        if not host:
+            return []
+        for block in host:  # claimed first, so the allocation's offloads cannot evict them
+            self.host_pool.take(block)
+        device = self.pool.allocate(len(host), max_rank, self._offload)
+        size = self.block_size
+        for i, d in enumerate(device, start=first):  # type: ignore[arg-type]
+            self.pool.register(d, state.hashes[i], token_ids[i * size:(i + 1) * size])
+        self.pool.free(device, owner, rank)  # type: ignore[arg-type]
+        self._host_in_flight.extend(host)
+        self._fetched.extend(device)  # type: ignore[arg-type]
+        self.num_prefetched_blocks += len(host)
+        return list(zip(host, device))  # type: ignore[arg-type]
 
     def allocate(self, call_id: Hashable, num_tokens: int,
                  max_rank: float = float("inf")) -> bool:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 PREEMPTION_MODES = ("recompute", "swap", "keep", "auto")
 SERVICE_MODES = ("time", "tokens")
 KV_MEMORY_MODES = ("lru", "program")
+RETENTION_RULES = ("ttl", "learnt")
 
 
 @dataclass(frozen=True)
@@ -31,11 +32,16 @@ class SchedulerConfig:
 
     `kv_memory` is who decides what the prefix cache keeps: `lru` (least recently freed goes
     first) or `program` (see `scheduler.memory`): cached blocks are ranked by their program's
-    priority, a program's KV is retained across a tool call for a TTL (`retention_ttl_factor`
-    x its expected tool time: the client's hint, else its observed mean, else
-    `retention_prior_seconds`; at most `retention_max_seconds`) within `retention_budget` (a
-    fraction of the device pool), admissions never evict a higher-priority program's
-    retained KV, and evicted blocks of live programs are offloaded to the host pool.
+    priority, a program's KV is retained across a tool call for a time (at most
+    `retention_max_seconds`) within `retention_budget` (a fraction of the device pool),
+    admissions never evict a higher-priority program's retained KV, and evicted blocks of live
+    programs are offloaded to the host pool. The time: with the client's hint of the tool
+    time, `retention_ttl_factor` x the hint; else by `retention_rule`: `learnt` weighs the
+    chance the program returns in time against what its memory costs, from the tool times of
+    its class (see `scheduler.tool_times`), and `ttl` (or `learnt` before it has samples)
+    takes `retention_ttl_factor` x the program's mean observed tool time, else
+    `retention_prior_seconds`. With `prefetch`, a live program's KV offloaded to host comes
+    back onto free device blocks before its next call is expected.
     Deadlines (seconds, None = off): a call that has produced no token is promoted to the
     top level once `ttft_slo_seconds` after its arrival less its estimated prefill time has
     passed (a request may set its own), and a call preempted after producing tokens once
@@ -82,6 +88,8 @@ class SchedulerConfig:
     retention_prior_seconds: float = 1.0
     retention_ttl_factor: float = 2.0
     retention_max_seconds: float = 60.0
+    retention_rule: str = "learnt"
+    prefetch: bool = True
     program_service_halflife: float | None = None
     ttft_slo_seconds: float | None = None
     itl_slo_seconds: float | None = None
@@ -115,6 +123,9 @@ class SchedulerConfig:
         if self.kv_memory not in KV_MEMORY_MODES:
             raise ValueError(f"kv_memory must be one of {KV_MEMORY_MODES}, got "
                              f"{self.kv_memory!r}")
+        if self.retention_rule not in RETENTION_RULES:
+            raise ValueError(f"retention_rule must be one of {RETENTION_RULES}, got "
+                             f"{self.retention_rule!r}")
         if not 0 <= self.retention_budget <= 1:
             raise ValueError(f"retention_budget must be in [0, 1], got {self.retention_budget}")
         for name in ("retention_prior_seconds", "retention_ttl_factor"):

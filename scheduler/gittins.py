@@ -21,18 +21,19 @@ at a sample's size, so each index is one pass over the samples above a (see
 `IndexTable` is G on a grid of attained-service points, binned into the scheduler's levels
 by equal shares of the log range of every table in use (highest index at level 0; one range
 for all classes, so their levels compare), so a lookup is one bisect.
-`SizeLearner` keeps the last `window` samples overall and per class and rebuilds a table
-only when an eighth of its samples are new, never per step.
+`SizeLearner` keeps the last `window` samples overall and per class (`ClassWindows`) and
+rebuilds a table only when an eighth of its samples are new, never per step.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Hashable
 
 import numpy as np
+
+from scheduler.class_windows import ClassWindows
 
 GRID_POINTS = 32  # quantile points and as many evenly spaced points per table
 
@@ -98,64 +99,26 @@ class IndexTable:
         return min(num_levels - 1, max(0, int(rank * num_levels)))
 
 
-class _Samples:
-    """The last `window` (size, weight) samples of one distribution and its current table."""
-
-    def __init__(self, window: int) -> None:
-        self.sizes: deque[float] = deque(maxlen=window)
-        self.weights: deque[float] = deque(maxlen=window)
-        self.new = 0
-        self.table: IndexTable | None = None
-
-    def add(self, size: float, weight: float, min_samples: int) -> bool:
-        """Add a sample; returns whether the table was rebuilt."""
-        self.sizes.append(size)
-        self.weights.append(weight)
-        self.new += 1
-        if len(self.sizes) < min_samples or self.new < max(1, len(self.sizes) // 8):
-            return False
-        self.table = IndexTable.build(np.fromiter(self.sizes, float),
-                                      np.fromiter(self.weights, float))
-        self.new = 0
-        return True
-
-
 class SizeLearner:
-    """Program sizes and weights seen so far, overall and per class (at most `max_classes`
-    classes, the least recently seen forgotten first). A class's table is used once it has
-    `min_samples` samples; until then the overall one; until that, none."""
+    """Program sizes and weights seen so far, overall and per class (see ClassWindows:
+    the last `window` per class, at most `max_classes` classes). A class's table is used once
+    it has `min_samples` samples; until then the overall one; until that, none."""
 
     def __init__(self, window: int = 1000, min_samples: int = 16,
                  max_classes: int = 1024) -> None:
-        if window < 1 or not 1 <= min_samples <= window or max_classes < 1:
-            raise ValueError(f"need window >= min_samples >= 1 and max_classes >= 1, got "
-                             f"{window}, {min_samples}, {max_classes}")
-        self.window = window
-        self.min_samples = min_samples
-        self.max_classes = max_classes
-        self._overall = _Samples(window)
-        self._classes: OrderedDict[Hashable, _Samples] = OrderedDict()
+        self._windows: ClassWindows[IndexTable] = ClassWindows(
+            lambda samples: IndexTable.build(samples[:, 0], samples[:, 1]), window,
+            min_samples, max_classes)
         self._span = (0.0, 0.0)  # log G range over every table in use
 
     def observe(self, key: Hashable, size: float, weight: float) -> None:
         """Record one finished program of class `key` (its size must be positive)."""
-        samples = self._classes.pop(key, None) or _Samples(self.window)
-        self._classes[key] = samples
-        evicted = len(self._classes) > self.max_classes
-        if evicted:
-            self._classes.popitem(last=False)
-        rebuilt = [target.add(size, weight, self.min_samples)
-                   for target in (samples, self._overall)]
-        if any(rebuilt) or evicted:
-            spans = [t.table.span for t in (self._overall, *self._classes.values())
-                     if t.table is not None]
+        if self._windows.observe(key, (size, weight)):
+            spans = [table.span for table in self._windows.summaries()]
             self._span = (min(low for low, _ in spans), max(high for _, high in spans))
 
     def table(self, key: Hashable) -> IndexTable | None:
-        samples = self._classes.get(key)
-        if samples is not None and samples.table is not None:
-            return samples.table
-        return self._overall.table
+        return self._windows.summary(key)
 
     def level(self, key: Hashable, attained: float, num_levels: int) -> int | None:
         """The level of a program of class `key` with `attained` service, on the log range
@@ -166,5 +129,4 @@ class SizeLearner:
 
     def num_samples(self, key: Hashable | None = None) -> int:
         """Samples held for class `key` (overall when None)."""
-        samples = self._overall if key is None else self._classes.get(key)
-        return 0 if samples is None else len(samples.sizes)
+        return self._windows.num_samples(key)

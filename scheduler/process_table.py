@@ -290,14 +290,17 @@ class ProcessTable:
         except KeyError:
             raise UnknownProgramError(program_id) from None
 
-    def add_call(self, record: CallRecord, prompt_tokens: int) -> None:
+    def add_call(self, record: CallRecord, prompt_tokens: int) -> float | None:
         """Register a call arriving at `record.arrival`: decay the program's own service over
-        its idle time (with a service half-life), raise its floor, count it active."""
+        its idle time (with a service half-life), raise its floor, count it active. Returns
+        the tool gap the call ends (seconds since the program's last call finished with none
+        active), None if it ends none."""
         program = self.get(record.program_id)
         live = self._live[program.tenant]
         now = record.arrival
+        gap = None
         if program.last_call_completion is not None and not program.active_calls:
-            idle = max(0.0, now - program.last_call_completion)
+            idle = gap = max(0.0, now - program.last_call_completion)
             program.external_time += idle
             program.num_tool_gaps += 1
             if self.service_halflife:
@@ -315,6 +318,7 @@ class ProcessTable:
         program.num_calls += 1
         program.prompt_tokens += prompt_tokens
         self._idle.pop(record.program_id, None)
+        return gap
 
     def raise_service(self, program: ProgramRecord, value: float) -> None:
         """Raise `program`'s service to at least `value`: a priority value from a trusted

@@ -44,6 +44,7 @@ class _Round:
     scheduled: set[str] = field(default_factory=set)
     preempted: set[str] = field(default_factory=set)
     priority_preemptions: int = 0
+    short_of_blocks: tuple[int, int] = (0, 0)  # (calls waiting for blocks, blocks one needs)
 
 
 class Scheduler:
@@ -66,8 +67,8 @@ class Scheduler:
         self.num_levels = policy.num_levels(config.num_queues)
         self.levels = self._levels(config.quantum_base or (
             TOKEN_MODE_QUANTUM if config.service_mode == "tokens" else PROVISIONAL_QUANTUM_SECONDS))
-        self.memory = ProgramMemory(config, kv, policy, self.num_levels)
         self.rates = TransferRates(config)
+        self.memory = ProgramMemory(config, kv, policy, self.num_levels, self.rates)
         self.running = LevelQueues(self.num_levels)
         self.queued = LevelQueues(self.num_levels)
         self.calls: dict[str, SchedulableCall] = {}
@@ -131,6 +132,7 @@ class Scheduler:
             "num_deadline_promotions": self.num_deadline_promotions,
             "offloaded_blocks": self.kv.num_offloaded_blocks,
             "fetched_blocks": self.kv.num_fetched_blocks,
+            "prefetched_blocks": self.kv.num_prefetched_blocks,
             "retentions": self.memory.num_retained,
             "retentions_expired": self.memory.num_retention_expired,
             "retained_blocks": self.memory.retained_blocks,
@@ -153,11 +155,12 @@ class Scheduler:
             return self.table.end(program_id, failed, now), []
         program = self.table.get(program_id)
         calls = [self.calls[c] for c in list(program.active_calls)]
+        idle = not calls
         for call in calls:  # no retention: the program's KV is nobody's
             self._remove(call, now)
             self.kv.free(call.call_id, program_id, NO_OWNER_RANK)
         record = self.table.end(program_id, failed, now)
-        self.memory.ended(program_id)
+        self.memory.ended(program, now, idle)
         return record, calls
 
     def add(self, call: SchedulableCall, now: float, program_id: str,
@@ -174,7 +177,9 @@ class Scheduler:
         record = CallRecord(call.call_id, program_id, thread_id, now, waiting_since=now,
                             expected_tool_seconds=expected_tool_seconds,
                             ttft_slo=ttft_slo_seconds or self.config.ttft_slo_seconds)
-        self.table.add_call(record, call.num_tokens)  # may decay the program's service
+        gap = self.table.add_call(record, call.num_tokens)  # may decay the program's service
+        if gap is not None:
+            self.memory.tool_returned(program, gap)
         if program_service is not None:
             self.table.raise_service(program, program_service)
         record.start_value = self.policy.start_value(program)
@@ -200,7 +205,8 @@ class Scheduler:
             return None
         program = self.table.get(record.program_id)
         rank = self.memory.finished(program, record, self._next_level(program),
-                                    self.kv.num_cached_blocks_of(call.call_id), now)
+                                    self.kv.num_cached_blocks_of(call.call_id), now,
+                                    call.all_token_ids, len(self.running) + len(self.queued))
         self.kv.free(call.call_id, record.program_id, rank)
         if program.ephemeral and not program.active_calls:
             self.table.end(record.program_id, now=now)
@@ -329,7 +335,7 @@ class Scheduler:
             return self._continue_round(now)
         self.num_rounds += 1
         for expired in self.table.expire(now):
-            self.memory.ended(expired.program_id)
+            self.memory.ended(expired, now, idle=True)
         self.memory.expire(now, self._live_next_level)
         if self.config.anti_starvation:
             self._promote_starved(now)
@@ -349,6 +355,8 @@ class Scheduler:
                 break
         plan.chunks.sort(key=lambda c: not c.is_decode)
         self._start_round(plan)
+        self.memory.pressure = rnd.short_of_blocks
+        plan.swap_in.extend(self.memory.prefetch(now, self._live_next_level))  # allocates last
         plan.swap_out.extend(self.kv.take_offloads())
         return plan
 
@@ -429,6 +437,10 @@ class Scheduler:
                     rnd.priority_preemptions < self.config.max_preemptions_per_round:
                 victim = self.policy.priority_victim(self.running, level, rnd.scheduled)
             if victim is None:
+                if not fits:  # this call and every one queued after it wait for blocks
+                    wanted = self.kv.blocks_needed(call.call_id, _target(call, n, fetch,
+                                                                         self.kv.block_size))
+                    rnd.short_of_blocks = (sum(self.queued.depths()[level:]), wanted)
                 if not swapped:
                     self._release_waiting(call)
                 return False
@@ -456,7 +468,7 @@ class Scheduler:
     def _fits(self, call: SchedulableCall, n: int, fetch: int, max_rank: float) -> bool:
         """Whether the blocks for the call's next `n` tokens (after fetching `fetch` prefix
         blocks, or swapping it in) can be had evicting ranks up to `max_rank`."""
-        target = call.num_computed_tokens + fetch * self.kv.block_size + n
+        target = _target(call, n, fetch, self.kv.block_size)
         if call.status is CallStatus.SWAPPED:
             held = self.kv.num_host_blocks_of(call.call_id)  # may exceed target (lookahead)
             needed = max(held, -(-target // self.kv.block_size))
@@ -644,3 +656,8 @@ class Scheduler:
             if self.calls[call_id].status is not CallStatus.RUNNING:
                 raise RuntimeError(f"{call_id} is in the running queues but not RUNNING")
         self.table.check_integrity(ids)
+
+
+def _target(call: SchedulableCall, n: int, fetch: int, block_size: int) -> int:
+    """The tokens a call's table covers once it fetched `fetch` prefix blocks and ran `n`."""
+    return call.num_computed_tokens + fetch * block_size + n
