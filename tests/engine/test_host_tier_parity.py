@@ -1,6 +1,7 @@
 """Greedy token parity with transformers while KV moves between the device and the host:
 a live program's cached prefix is evicted to host blocks by other calls and fetched back for
-its next call, and swap preemption runs under memory pressure with prefix caching on."""
+its next call (or prefetched back before it comes), and swap preemption runs under memory
+pressure with prefix caching on."""
 
 from __future__ import annotations
 
@@ -74,6 +75,33 @@ def test_a_prefix_offloaded_to_host_is_fetched_back_token_exact(tiny_tied_llama)
     a2 = generate(engine, clock, "A", prompt_a2, 6)
     assert a2.num_cached_tokens == 12
     assert engine.scheduler.stats()["fetched_blocks"] == 3
+    assert a2.token_ids == hf_greedy(model, prompt_a2, 6)
+    swapper = engine.runner.swapper
+    assert (swapper.num_blocks_out, swapper.num_blocks_in) == (3, 3)
+    engine.end_program("A")
+    assert_all_free(engine)
+
+
+def test_a_prefix_prefetched_back_before_the_next_call_is_a_device_hit_token_exact(
+        tiny_tied_llama):
+    model_dir, model = tiny_tied_llama
+    engine, clock = make_engine(model_dir)
+    rng = random.Random(0)
+    engine.start_program("A")
+    prompt_a = random_tokens(rng, 10)
+    a1 = generate(engine, clock, "A", prompt_a, 6, expected_tool_seconds=3.0)
+    generate(engine, clock, None, random_tokens(rng, 48), 4)  # A's 3 blocks go to host
+    assert engine.scheduler.stats()["offloaded_blocks"] == 3
+    while engine.scheduler.stats()["prefetched_blocks"] == 0:  # b's KV is nobody's: free
+        assert clock.now < 60.0, "A's KV never came back"
+        engine.step()
+        clock.now += 1.0
+        engine.check_integrity()
+    assert engine.scheduler.stats()["prefetched_blocks"] == 3
+    assert engine.kv.host_pool.num_cached == 0
+    prompt_a2 = prompt_a + a1.token_ids + random_tokens(rng, 5)
+    a2 = generate(engine, clock, "A", prompt_a2, 6)
+    assert a2.num_cached_tokens == 12 and engine.scheduler.stats()["fetched_blocks"] == 0
     assert a2.token_ids == hf_greedy(model, prompt_a2, 6)
     swapper = engine.runner.swapper
     assert (swapper.num_blocks_out, swapper.num_blocks_in) == (3, 3)
