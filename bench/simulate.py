@@ -114,11 +114,11 @@ class SimResult:
 
 
 class PromptMaker:
-    """Made-up prompt ids: each program has its own token stream and a call's prompt is the
-    stream's first `prompt_len` ids, so calls of one program share prefixes (as agent history
-    does) while different programs share none, except a program's shared prefix: its first
-    `prefix_len` ids come from the stream of its `prefix_key`, the same for every program with
-    that key (a shared system prompt). `next_token` continues a stream, so the tokens a call
+    """Made-up prompt ids: each program has its own token stream (one per `segment` of it) and
+    a call's prompt is the stream's first `prompt_len` ids, so calls of one program share
+    prefixes (as agent history does) while different programs share none, except a program's
+    shared prefix: its first `prefix_len` ids come from the stream of its `prefix_key`, the
+    same for every program with that key (a shared system prompt). `next_token` continues a stream, so the tokens a call
     generates are the ones its program's next prompt repeats (its history)."""
 
     def __init__(self, vocab: int) -> None:
@@ -129,7 +129,9 @@ class PromptMaker:
                program: TraceProgram | None = None) -> list[int]:
         if call.prompt_token_ids is not None:
             return list(call.prompt_token_ids)
-        ids = self._stream((program_index * 7919) % self.span, call.prompt_len)
+        start = (program_index * 7919) if not call.segment else \
+            zlib.crc32(f"{program_index}/{call.segment}".encode())
+        ids = self._stream(start % self.span, call.prompt_len)
         if program is not None and program.prefix_key:
             key_offset = zlib.crc32(program.prefix_key.encode()) % self.span
             ids[:program.prefix_len] = self._stream(key_offset, program.prefix_len)

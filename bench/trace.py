@@ -21,7 +21,10 @@ TRACE_VERSION = 1
 
 @dataclass(frozen=True)
 class TraceCall:
-    """One LLM call. `prompt_token_ids`, when given, has exactly `prompt_len` ids."""
+    """One LLM call. `prompt_token_ids`, when given, has exactly `prompt_len` ids.
+    `segment`: which of its program's contexts the prompt continues (after the program's
+    shared prefix): 0 the main one; a new one after a context compaction or for a subagent,
+    whose prompts share nothing with the other segments' (a replay makes up their ids)."""
 
     call_id: str
     prompt_len: int
@@ -29,6 +32,7 @@ class TraceCall:
     parents: tuple[str, ...] = ()
     delay: float = 0.0
     prompt_token_ids: tuple[int, ...] | None = None
+    segment: int = 0
 
     def __post_init__(self) -> None:
         if not self.call_id:
@@ -39,6 +43,8 @@ class TraceCall:
             raise ValueError(f"output_len: must be >= 1, got {self.output_len} (call {self.call_id})")
         if not (self.delay >= 0.0 and math.isfinite(self.delay)):
             raise ValueError(f"delay: must be finite and >= 0, got {self.delay} (call {self.call_id})")
+        if self.segment < 0:
+            raise ValueError(f"segment: must be >= 0, got {self.segment} (call {self.call_id})")
         if self.prompt_token_ids is not None and len(self.prompt_token_ids) != self.prompt_len:
             raise ValueError(
                 f"prompt_token_ids: has {len(self.prompt_token_ids)} ids, prompt_len is {self.prompt_len}"
@@ -155,6 +161,8 @@ def _call_to_json(call: TraceCall) -> dict[str, Any]:
     }
     if call.prompt_token_ids is not None:
         out["prompt_token_ids"] = list(call.prompt_token_ids)
+    if call.segment:
+        out["segment"] = call.segment
     return out
 
 
@@ -167,6 +175,7 @@ def _program_from_json(p: dict[str, Any]) -> TraceProgram:
             parents=tuple(c.get("parents", ())),
             delay=c.get("delay", 0.0),
             prompt_token_ids=tuple(c["prompt_token_ids"]) if c.get("prompt_token_ids") is not None else None,
+            segment=c.get("segment", 0),
         )
         for c in p["calls"]
     )

@@ -44,18 +44,17 @@ Calls (`TraceCall.parents` gives the DAG; calls are listed in a topological orde
   prompt grows by the report. A replay starts it once both have finished and its tool time has
   passed since the later of them.
 
-Replayed by `bench.simulate`, whose `PromptMaker` gives every call of a program the first
-`prompt_len` ids of one stream per program (the first `prefix_len` from the shared key's
-stream), the ids of a prompt after a compaction, and of a subagent's prompts, are a prefix of
-the main thread's earlier prompts rather than new text: the simulated prefix cache can hit
-them (the summary and a subagent's task and history are not prefilled when those blocks are
-still cached), so prefill there is an underestimate unless the simulator gives such calls
-their own stream.
+Each context is its own `TraceCall.segment`: the main thread's starts at 0, a subagent's
+gets a new one, and so does a thread after each compaction; a replay (`bench.simulate`'s
+`PromptMaker`) gives each segment its own made-up ids after the shared system prompt, so the
+summary and a subagent's task and history are prefilled as new text, as they are for real.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -169,8 +168,10 @@ class _Thread:
     list: tracks the next prompt's length, compacts before a call that would pass COMPACT_AT,
     and counts prompt and reusable tokens."""
 
-    def __init__(self, rng: random.Random, calls: list[TraceCall], name: str, start: int) -> None:
-        self.rng, self.calls, self.name = rng, calls, name
+    def __init__(self, rng: random.Random, calls: list[TraceCall], name: str, start: int,
+                 segments: Iterator[int]) -> None:
+        self.rng, self.calls, self.name, self.segments = rng, calls, name, segments
+        self.segment = next(segments)  # the context its calls' prompts continue
         self.context = start  # the next prompt's length
         self.uncompacted = start
         self.cached = SYSTEM_PROMPT_TOKENS  # leading tokens of the next prompt already computed
@@ -192,6 +193,7 @@ class _Thread:
             self.compactions += 1
             self.context = SYSTEM_PROMPT_TOKENS + summary
             self.cached = SYSTEM_PROMPT_TOKENS
+            self.segment = next(self.segments)
             parents, delay = (self.calls[-1].call_id,), 0.0
         self._append(f"{self.name}{i}", self.context, output_len, parents, delay)
         self.turns += 1
@@ -199,7 +201,8 @@ class _Thread:
 
     def _append(self, call_id: str, prompt_len: int, output_len: int, parents: tuple[str, ...],
                 delay: float) -> None:
-        self.calls.append(TraceCall(call_id, prompt_len, output_len, parents, delay))
+        self.calls.append(TraceCall(call_id, prompt_len, output_len, parents, delay,
+                                    segment=self.segment))
         self.prompt_tokens += prompt_len
         self.reusable_tokens += min(self.cached, prompt_len)
         self.cached = prompt_len + output_len
@@ -212,7 +215,8 @@ def _session(program_id: str, rng: random.Random) -> tuple[TraceProgram, Session
     task = lognormal_int(rng, TASK_MEAN, TASK_SIGMA, TASK_MIN, TASK_MAX)
     spawn_after = rng.randrange(turns - 1) if rng.random() < SUBAGENT_SHARE else None
     calls: list[TraceCall] = []
-    main = _Thread(rng, calls, "t", SYSTEM_PROMPT_TOKENS + task)
+    segments = itertools.count()
+    main = _Thread(rng, calls, "t", SYSTEM_PROMPT_TOKENS + task, segments)
     sub: _Subagent | None = None
     join_at = -1  # the main turn that reads the subagent's report
     for i in range(turns):
@@ -223,7 +227,7 @@ def _session(program_id: str, rng: random.Random) -> tuple[TraceProgram, Session
         final_context = main.uncompacted
         main.turn(i, steps.outputs[i], parents, steps.delay_before(i), steps.result_after(i))
         if i == spawn_after:
-            sub = _subagent(rng, calls, main.last)
+            sub = _subagent(rng, calls, main.last, segments)
             join_at = _join_turn(steps.delays, i, sub.seconds)
     threads = [main] if sub is None else [main, sub.thread]
     stats = SessionStats(
@@ -249,13 +253,14 @@ class _Subagent:
     report: int
 
 
-def _subagent(rng: random.Random, calls: list[TraceCall], spawner: str) -> _Subagent:
+def _subagent(rng: random.Random, calls: list[TraceCall], spawner: str,
+              segments: Iterator[int]) -> _Subagent:
     """Lay out a subagent spawned by call `spawner`: its first call follows it at once."""
     turns = _median_int(rng, SUBAGENT_TURNS_MEDIAN, SUBAGENT_TURNS_SIGMA, SUBAGENT_TURNS_MIN, SUBAGENT_TURNS_MAX)
     steps = _draw_steps(rng, turns)
     task = lognormal_int(rng, SUBAGENT_TASK_MEAN, SUBAGENT_TASK_SIGMA, SUBAGENT_TASK_MIN, SUBAGENT_TASK_MAX)
     report = lognormal_int(rng, REPORT_MEAN, REPORT_SIGMA, REPORT_MIN, REPORT_MAX)
-    thread = _Thread(rng, calls, "s", SYSTEM_PROMPT_TOKENS + task)
+    thread = _Thread(rng, calls, "s", SYSTEM_PROMPT_TOKENS + task, segments)
     for j in range(turns):
         parents = (thread.last,) if thread.last else (spawner,)
         output_len = report if j == turns - 1 else steps.outputs[j]

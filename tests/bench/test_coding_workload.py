@@ -85,6 +85,7 @@ def test_compaction_summarizes_then_restarts_from_system_prompt_and_summary(trac
             turn = calls[summary_call.call_id.removesuffix("-compact")]
             assert turn.parents == (summary_call.call_id,) and turn.delay == 0.0
             assert turn.prompt_len == coding.SYSTEM_PROMPT_TOKENS + summary_call.output_len
+            assert turn.segment > summary_call.segment  # a new context: nothing but the prefix shared
             assert coding.SUMMARY_MIN <= summary_call.output_len <= coding.SUMMARY_MAX
             history = summary_call.prompt_len - coding.SUMMARY_INSTRUCTION_TOKENS
             assert history > coding.COMPACT_AT  # it compacts only a history past the threshold
@@ -122,6 +123,8 @@ def test_about_44_percent_have_one_subagent_that_joins_back(trace, sessions):
         first, last = sub[0], sub[-1]
         assert first.call_id == "s0" and len(first.parents) == 1 and is_turn(calls[first.parents[0]])
         assert first.prompt_len < coding.SYSTEM_PROMPT_TOKENS + coding.SUBAGENT_TASK_MAX  # a fresh context
+        main_segments = {c.segment for c in program.calls if c.call_id.startswith("t")}
+        assert first.segment not in main_segments  # its own ids after the system prompt
         assert [c.parents for c in sub[1:]] == [(c.call_id,) for c in sub[:-1]]  # its own chain
         assert len(joins) == 1
         join = joins[0]

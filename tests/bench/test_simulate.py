@@ -69,6 +69,17 @@ def test_executor_continues_each_program_stream_with_next_token():
     assert executor.execute(plan).tokens == [502]
 
 
+def test_each_segment_of_a_program_has_its_own_ids_after_the_shared_prefix():
+    maker = PromptMaker(vocab=1000)
+    program = TraceProgram("p", 0.0, (TraceCall("a", 8, 1),), "w", "sys", 3)
+    main, later = (maker.prompt(4, TraceCall(c, n, 1), program) for c, n in (("a", 8), ("b", 12)))
+    assert later[:8] == main  # one context: the history is a prefix
+    fresh = maker.prompt(4, TraceCall("c", 8, 1, segment=1), program)
+    assert fresh[:3] == main[:3] and fresh[3] != main[3]  # the system prompt only
+    assert maker.prompt(4, TraceCall("d", 8, 1, segment=1), program) == fresh
+    assert maker.prompt(5, TraceCall("e", 8, 1, segment=1), program)[3:] != fresh[3:]
+
+
 def test_executor_uses_the_cost_model_for_real_presets():
     cost = CostModel.from_names("a100-80g", "llama-3.1-8b")
     clock = VirtualClock()

@@ -53,7 +53,8 @@ def test_json_round_trip_is_exact(tmp_path):
     trace = Trace(
         (
             make_program(
-                [make_call("a", 3, 7, prompt_token_ids=(1, 2, 3)), make_call("b", 5, 1, ("a",), 0.123456789)],
+                [make_call("a", 3, 7, prompt_token_ids=(1, 2, 3)), make_call("b", 5, 1, ("a",), 0.123456789),
+                 TraceCall("c", 4, 1, ("b",), segment=2)],
                 "p0",
                 0.1 + 0.2,
             ),
