@@ -4,8 +4,9 @@ Requests accept the OpenAI fields this engine can honour, plus the usual extras 
 servers (`top_k`, `ignore_eos`, `return_token_ids`) and Agentix's own (`program_id`,
 `program_class`, `thread_id`, `expected_tool_seconds`, `ttft_slo_seconds`); other unknown
 fields are ignored, as OpenAI clients send many. Fields it cannot honour (`logprobs`,
-`echo`, `best_of`, `suffix`, `tools` with `tool_choice` other than "none"/"auto") are
-refused with a 400 naming them, never dropped in silence. Sampling defaults follow OpenAI:
+`echo`, `best_of`, `suffix`, `tools` with `tool_choice` other than "none"/"auto",
+`response_format` other than "text") are refused with a 400 naming them, never dropped in
+silence. Sampling defaults follow OpenAI:
 temperature 1, top_p 1; `max_tokens` defaults to 16 on /v1/completions and to the rest of
 the context on chat.
 """
@@ -77,10 +78,13 @@ class ChatCompletionRequest(_Body):
     max_completion_tokens: int | None = Field(default=None, ge=1)
     tools: list[dict[str, Any]] | None = None
     tool_choice: Any = None
+    response_format: dict[str, Any] | None = None
 
     def unsupported(self) -> str | None:
         if self.tools and self.tool_choice not in (None, "none", "auto"):
             return "tool_choice"
+        if self.response_format and self.response_format.get("type") != "text":
+            return "response_format"  # no constrained decoding yet: never free text in silence
         return super().unsupported()
 
     def chat(self) -> ChatPrompt:

@@ -207,6 +207,13 @@ BAD_REQUESTS = {
                              chat(tools=[{"type": "function", "function": {"name": "f"}}],
                                   tool_choice="required"),
                              "tool_choice", ("tool_choice", "not supported")),
+    "response_format-json_schema": ("/v1/chat/completions",
+                                    chat(response_format={"type": "json_schema", "json_schema": {
+                                        "name": "x", "schema": {"type": "object"}}}),
+                                    "response_format", ("response_format", "not supported")),
+    "response_format-json_object": ("/v1/chat/completions",
+                                    chat(response_format={"type": "json_object"}),
+                                    "response_format", ("response_format", "not supported")),
     "program_class-with-a-space": ("/v1/completions",
                                    completion(program_id="classy", program_class="has space"),
                                    "program_class", ("program_class", "128 printable ASCII")),
