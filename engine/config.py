@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typing
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -41,6 +42,8 @@ class EngineConfig:
     model over N ranks (`engine.parallel`: N devices from `device` on CUDA, N processes on
     the CPU); the model's heads must split N ways (checked when it loads). Each rank holds
     `num_kv_blocks` blocks of its own KV heads (or as many as `kv_cache_memory_gb` holds).
+    `chat_template`: a Jinja file that chat prompts are rendered with instead of the model's
+    own template (vLLM's `--chat-template`; see engine/chat_templates/).
     """
 
     model: str = ""
@@ -55,6 +58,7 @@ class EngineConfig:
     policy: PolicySpec = "fcfs"
     seed: int = 0
     tensor_parallel_size: int = 1
+    chat_template: str | None = None
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
 
     def __post_init__(self) -> None:
@@ -71,6 +75,8 @@ class EngineConfig:
             raise ValueError(f"max_model_len must be positive, got {self.max_model_len}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.chat_template is not None and not Path(self.chat_template).is_file():
+            raise ValueError(f"chat_template: {self.chat_template} is not a file")
         _check_device(self.device)
         check_tensor_parallel_size(self.tensor_parallel_size)
         policy_name(self.policy)

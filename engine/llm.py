@@ -8,7 +8,7 @@ from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine, Prompt
 from engine.outputs import CompletionOutput
 from engine.sampling_params import SamplingParams
-from engine.tokenizer import ChatPrompt
+from engine.chat_prompt import ChatPrompt
 
 
 class LLM:

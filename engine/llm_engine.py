@@ -6,9 +6,11 @@ import itertools
 import math
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Callable, Sequence
 
 from engine.call import Call, FinishReason
+from engine.chat_prompt import ChatPrompt
 from engine.config import EngineConfig
 from engine.detokenizer import StopStringScanner
 from engine.errors import DuplicateCallError, StepFailedError
@@ -20,7 +22,6 @@ from engine.parallel.executor import TensorParallelExecutor
 from engine.outputs import CompletionOutput, StepOutput
 from engine.sampling_params import SamplingParams
 from engine.stats import EngineCounters, EngineStats
-from engine.tokenizer import ChatPrompt
 from kvcache.manager import KVCacheManager
 from scheduler.ids import short
 from scheduler.plan import SchedulePlan
@@ -72,6 +73,10 @@ class LLMEngine:
         self.max_model_len = min(config.max_model_len or model.args.max_position_embeddings,
                                  model.args.max_position_embeddings)
         self.tokenizer = model.tokenizer
+        if config.chat_template is not None:
+            if self.tokenizer is None:
+                raise ValueError("chat_template: this model has no tokenizer to render chats")
+            self.tokenizer.use_chat_template(Path(config.chat_template).read_text())
         self.runner: ModelRunner | TensorParallelExecutor | None = None
         if executor is None:
             self.runner = (ModelRunner(config, files, self.max_model_len)

@@ -222,6 +222,10 @@ def _add_serve_parser(sub) -> None:
     engine.add_argument("--tensor-parallel-size", type=_positive_int, default=1, metavar="N",
                         help="split the model over N ranks: N devices from --device on CUDA, "
                              "N processes on the CPU (the engine starts them itself)")
+    engine.add_argument("--chat-template", metavar="FILE",
+                        help="render chat prompts with this Jinja template (e.g. "
+                             "engine/chat_templates/chatml_tools.jinja: tools for ChatML "
+                             "models, hermes-style calls; default: the model's own)")
     engine.add_argument("--no-prefix-caching", action="store_true",
                         help="turn the prefix cache off")
     engine.add_argument("--kv-memory", choices=KV_MEMORY_MODES, default=SCHEDULER.kv_memory,

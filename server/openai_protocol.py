@@ -88,18 +88,9 @@ class ChatCompletionRequest(_Body):
         return super().unsupported()
 
     def chat(self) -> ChatPrompt:
-        """The messages as a ChatPrompt: text content only (a list of parts is joined)."""
-        pairs = []
-        for i, message in enumerate(self.messages):
-            content = message.get("content")
-            if isinstance(content, list):
-                if any(not isinstance(p, dict) or p.get("type") != "text" for p in content):
-                    raise ValueError(f"messages[{i}].content: only text parts are supported")
-                content = "".join(str(p.get("text", "")) for p in content)
-            elif content is None:
-                content = ""
-            pairs.append((message.get("role"), content))
-        return ChatPrompt(tuple(pairs))
+        """The messages as a ChatPrompt, with the tools unless `tool_choice` is "none" (then
+        the model is not shown them)."""
+        return ChatPrompt.of(self.messages, None if self.tool_choice == "none" else self.tools)
 
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens

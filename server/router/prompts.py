@@ -80,7 +80,7 @@ class RouterPrompts:
     def _tokenize(self, request: pb.GenerateRequest) -> list[int]:
         if request.WhichOneof("prompt") == "text":
             return self.tokenizer.encode(request.text)
-        from engine.tokenizer import ChatPrompt
+        from engine.chat_prompt import ChatPrompt
 
         try:
             chat = ChatPrompt(tuple((m.role, m.content) for m in request.messages.messages))
