@@ -35,6 +35,7 @@ from server.prompts import PromptTokenizer
 from server.reflection import enable_reflection
 from server.signals import StopSignals
 from server.service import SERVICE_NAME, AgentixServicer
+from server.tool_parsers import make_tool_parser
 
 HEALTH_SERVICE_NAME = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 HANDLER_GRACE = 1.0  # after the engine drained: time for handlers to send their last message
@@ -59,7 +60,9 @@ class ServeOptions:
     prompt before it is tokenized; health turns NOT_SERVING when the engine has work and
     has made no progress for `health_stall_seconds`. `router_token` (None: off) is the
     token of the trusted router (server/router/): only a request whose metadata carries it
-    (`x-agentix-router-token`) may set a program's priority value."""
+    (`x-agentix-router-token`) may set a program's priority value. `tool_call_parser`
+    (None: off) turns on "auto" tool choice over HTTP: chat outputs are parsed into tool
+    calls in that format (`server.tool_parsers`)."""
 
     host: str = "127.0.0.1"
     port: int | None = 0
@@ -73,6 +76,7 @@ class ServeOptions:
     max_prompt_bytes: int = DEFAULT_MAX_PROMPT_BYTES
     health_stall_seconds: float = 30.0
     router_token: str | None = field(default=None, repr=False)
+    tool_call_parser: str | None = None
 
     def __post_init__(self) -> None:
         if self.port is None and self.http_port is None:
@@ -92,6 +96,8 @@ class ServeOptions:
                              f"{self.health_stall_seconds}")
         if self.router_token is not None:
             RouterTrust(self.router_token)  # ValueError for an unusable token
+        if self.tool_call_parser is not None:
+            make_tool_parser(self.tool_call_parser)  # ValueError naming the supported ones
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -257,7 +263,8 @@ async def _start_all(engine_loop: EngineLoop, prompts: PromptTokenizer,
 
             max_model_len = await engine_loop.run(lambda engine: engine.max_model_len)
             services.http["http"] = _HttpServer(
-                build_app(engine_loop, prompts, auth, metrics, model_name, max_model_len),
+                build_app(engine_loop, prompts, auth, metrics, model_name, max_model_len,
+                          options.tool_call_parser),
                 sockets["http"])
         if "metrics" in sockets:
             from server.openai_http import build_metrics_app

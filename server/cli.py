@@ -18,6 +18,7 @@ from server.cli_checks import (PLACEMENT_NAMES, UsageError, replicas_setup,
                                router_setup, serve_setup)
 from server.config_flags import parse_cutoff, parse_override, positive_float
 from server.limits import DEFAULT_MAX_PROMPT_BYTES
+from server.tool_parsers import TOOL_PARSERS
 
 # engine/config.py's DTYPES and engine-only defaults, repeated because `import engine` imports
 # torch; tests/server/test_cli_checks.py pins them to EngineConfig's.
@@ -206,6 +207,12 @@ def _add_serve_parser(sub) -> None:
     serve.add_argument("--grace", type=float, default=5.0, metavar="S",
                        help="seconds calls in flight get to finish on shutdown (a second "
                             "signal exits at once)")
+    serve.add_argument("--enable-auto-tool-choice", action="store_true",
+                       help="HTTP: parse chat outputs into tool calls when a request offers "
+                            "tools with tool_choice auto (needs --tool-call-parser)")
+    serve.add_argument("--tool-call-parser", choices=sorted(TOOL_PARSERS), metavar="NAME",
+                       help="the format tool calls are parsed from: "
+                            f"{', '.join(sorted(TOOL_PARSERS))} (default: none)")
     serve.add_argument("--router-token-file", metavar="FILE",
                        help="a file holding the token of a trusted router: only requests "
                             "carrying it (x-agentix-router-token) may set a program's "

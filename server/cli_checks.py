@@ -38,6 +38,9 @@ def serve_setup(args: argparse.Namespace) -> tuple[EngineConfig, ServeOptions]:
         raise UsageError("--no-grpc: an HTTP-only server needs --http-port")
     tokens = _tokens(args.auth_token_file)
     router_token = _router_token(args.router_token_file)
+    if args.enable_auto_tool_choice != (args.tool_call_parser is not None):
+        raise UsageError("--enable-auto-tool-choice and --tool-call-parser go together: "
+                         "auto tool choice parses the output with that parser")
     from server.app import ServeOptions
 
     try:
@@ -47,7 +50,8 @@ def serve_setup(args: argparse.Namespace) -> tuple[EngineConfig, ServeOptions]:
             grace=args.grace, served_model_name=args.served_model_name,
             metrics_tenant_label=args.metrics_tenant_label,
             max_prompt_bytes=args.max_prompt_bytes,
-            health_stall_seconds=args.health_stall_seconds, router_token=router_token)
+            health_stall_seconds=args.health_stall_seconds, router_token=router_token,
+            tool_call_parser=args.tool_call_parser)
     except ValueError as exc:
         raise UsageError(f"serve options: {exc}") from None
     config = engine_config(args, args.model or "")

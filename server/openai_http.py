@@ -46,10 +46,12 @@ from server.engine_loop import EngineLoop
 from server.errors import DrainingError, ServerError, message_of, status_of
 from server.metrics import CONTENT_TYPE, ServerMetrics
 from server.openai_protocol import (ChatCompletionRequest, CompletionRequest, chat_choice,
-                                    chunk_delta, envelope, for_choice, now_seconds, text_choice,
-                                    usage)
+                                    chunk_delta, envelope, first_call_only, for_choice,
+                                    fragment_chunk, now_seconds, text_choice,
+                                    tool_calls_finish, usage)
 from server.namespace import Namespace, new_id
 from server.prompts import PromptTokenizer
+from server.tool_parsers import ParsedOutput, make_tool_parser
 from server.wire import SHUTDOWN, message_to_dict
 
 log = logging.getLogger(__name__)
@@ -139,7 +141,8 @@ class OpenAIDoor:
 
     def __init__(self, engine_loop: EngineLoop, prompts: PromptTokenizer | None,
                  auth: TokenAuth | None, metrics: ServerMetrics, model_name: str,
-                 max_model_len: int) -> None:
+                 max_model_len: int, tool_call_parser: str | None = None) -> None:
+        self.tool_call_parser = tool_call_parser
         self.loop = engine_loop
         self.prompts = prompts
         self.auth = auth
@@ -211,6 +214,17 @@ class OpenAIDoor:
     async def chat(self, request: Request, body: ChatCompletionRequest) -> Response:
         return await self._generate(request, body, "chat.completion", body.chat)
 
+    def _parser_name(self, body) -> str | None:
+        """The tool parser a chat request's outputs go through (None: plain text); 400
+        when it asks for "auto" tool choice and the server parses no tool calls."""
+        if not isinstance(body, ChatCompletionRequest) or not body.parses_tool_calls():
+            return None
+        if self.tool_call_parser is None:
+            raise HttpError(400, 'tool_choice: "auto" tool choice needs a server started with '
+                                 '--enable-auto-tool-choice --tool-call-parser NAME (or send '
+                                 'tool_choice "none")', "tool_choice")
+        return self.tool_call_parser
+
     async def completions(self, request: Request, body: CompletionRequest) -> Response:
         return await self._generate(request, body, "text_completion", body.prompt_value)
 
@@ -221,6 +235,7 @@ class OpenAIDoor:
         unsupported = body.unsupported()
         if unsupported is not None:
             raise HttpError(400, f"{unsupported}: not supported by this server", unsupported)
+        parser_name = self._parser_name(body)
         named = next((request.headers[h] for h in PROGRAM_HEADERS if h in request.headers),
                      body.program_id)
         program_class = request.headers.get(PROGRAM_CLASS_HEADER, body.program_class)
@@ -260,8 +275,8 @@ class OpenAIDoor:
         if body.stream:
             chunk_kind = "chat.completion.chunk" if kind == "chat.completion" else kind
             return StreamingResponse(
-                self._sse(streams, chunk_kind, response_id, body, own_program, program_id),
-                media_type="text/event-stream")
+                self._sse(streams, chunk_kind, response_id, body, own_program, program_id,
+                          parser_name), media_type="text/event-stream")
         try:
             completions = await _until_done_or_gone(request, streams)
             if completions is None:  # the client went away: its calls are aborted below
@@ -274,10 +289,15 @@ class OpenAIDoor:
             raise HttpError(500, "internal error: the engine failed while running this call")
         if any(c.finish_reason == SHUTDOWN for c in completions):
             raise HttpError(503, "the server is shutting down: this call was cut; retry it")
-        choose = chat_choice if kind == "chat.completion" else text_choice
+        if kind == "chat.completion":
+            choices = [chat_choice(i, c, body.return_token_ids,
+                                   _parsed(parser_name, c.text, body.parallel_tool_calls))
+                       for i, c in enumerate(completions)]
+        else:
+            choices = [text_choice(i, c, body.return_token_ids)
+                       for i, c in enumerate(completions)]
         return JSONResponse(envelope(
-            kind, response_id, self.model_name, now_seconds(),
-            [choose(i, c, body.return_token_ids) for i, c in enumerate(completions)],
+            kind, response_id, self.model_name, now_seconds(), choices,
             usage=usage(completions), program_id=ns.outer(program_id) if named else ""))
 
     async def _submit(self, ns: Namespace, call: CallRequest) -> CallStream:
@@ -294,10 +314,13 @@ class OpenAIDoor:
                 pass
 
     async def _sse(self, streams: list[CallStream], kind: str, response_id: str, body,
-                   own_program: bool, program_id: str | None) -> AsyncIterator[str]:
+                   own_program: bool, program_id: str | None, parser_name: str | None = None
+                   ) -> AsyncIterator[str]:
         """The SSE body: a role chunk per choice (chat), the choices' deltas interleaved as
-        they come, a finish chunk per choice, the usage chunk if asked for, `[DONE]`.
-        A client that goes away aborts the calls (the generator is closed)."""
+        they come (with `parser_name`, as the tool parser's fragments: content, then each
+        tool call's opening and arguments), a finish chunk per choice, the usage chunk if
+        asked for, `[DONE]`. A client that goes away aborts the calls (the generator is
+        closed)."""
         created = now_seconds()
 
         def event(choices: list[dict[str, Any]], **extra: Any) -> str:
@@ -311,15 +334,27 @@ class OpenAIDoor:
                     yield event([chunk_delta(kind, index, "", [] if ids else None, None,
                                              role=True)])
             completions: list[CompletionOutput | None] = [None] * len(streams)
+            calls = [_StreamedCalls(parser_name, body.parallel_tool_calls) if parser_name
+                     else None for _ in streams]
             async with contextlib.aclosing(_merge(streams)) as merged:
                 async for index, item in merged:
+                    parsed = calls[index]
                     if isinstance(item, StreamDelta):
-                        yield event([chunk_delta(kind, index, item.text,
-                                                 item.token_ids if ids else None, None)])
-                    else:
-                        completions[index] = item.completion
-                        yield event([chunk_delta(kind, index, "", [] if ids else None,
-                                                 item.completion.finish_reason)])
+                        token_ids = item.token_ids if ids else None
+                        if parsed is None:
+                            yield event([chunk_delta(kind, index, item.text, token_ids, None)])
+                        else:
+                            for fragment in parsed.feed(item.text, token_ids is not None):
+                                yield event([fragment_chunk(index, fragment, token_ids)])
+                                token_ids = [] if ids else None  # sent with the first
+                        continue
+                    completions[index] = item.completion
+                    reason = item.completion.finish_reason
+                    if parsed is not None:
+                        for fragment in parsed.finish():
+                            yield event([fragment_chunk(index, fragment, [] if ids else None)])
+                        reason = tool_calls_finish(reason) if parsed.made_calls else reason
+                    yield event([chunk_delta(kind, index, "", [] if ids else None, reason)])
             if body.include_usage():
                 yield event([], usage=usage(completions))
             yield "data: [DONE]\n\n"
@@ -327,6 +362,38 @@ class OpenAIDoor:
             for stream in streams:
                 stream.cancel()
             await self._end_own(own_program, program_id)
+
+
+def _parsed(parser_name: str | None, text: str, parallel: bool) -> ParsedOutput | None:
+    """A whole chat output split into content and tool calls (None without a parser)."""
+    if parser_name is None:
+        return None
+    parsed = make_tool_parser(parser_name).parse(text)
+    return parsed if parallel else first_call_only(parsed)
+
+
+class _StreamedCalls:
+    """One streamed choice's tool parser: the fragments to send for each text delta, with
+    `parallel_tool_calls: false` keeping only the first call's."""
+
+    def __init__(self, parser_name: str, parallel: bool) -> None:
+        self.parser = make_tool_parser(parser_name)
+        self.parallel = parallel
+        self.made_calls = False
+
+    def feed(self, text: str, send_empty: bool) -> list[dict[str, Any]]:
+        """The fragments for `text`; one empty fragment when none but the chunk must go
+        (`send_empty`: it carries the delta's token ids)."""
+        return self._kept(self.parser.feed(text)) or ([{}] if send_empty else [])
+
+    def finish(self) -> list[dict[str, Any]]:
+        return self._kept(self.parser.finish())
+
+    def _kept(self, fragments: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        kept = [f for f in fragments if self.parallel or "tool_calls" not in f
+                or f["tool_calls"][0]["index"] == 0]
+        self.made_calls = self.made_calls or any("tool_calls" in f for f in kept)
+        return kept
 
 
 async def _until_done_or_gone(request: Request, streams: list[CallStream]
@@ -399,10 +466,14 @@ def _install_errors(app: FastAPI) -> None:
 
 
 def build_app(engine_loop: EngineLoop, prompts: PromptTokenizer, auth: TokenAuth | None,
-              metrics: ServerMetrics, model_name: str, max_model_len: int) -> FastAPI:
+              metrics: ServerMetrics, model_name: str, max_model_len: int,
+              tool_call_parser: str | None = None) -> FastAPI:
     """The OpenAI-compatible app (see the module docstring). A request body may be up to
-    four times the prompt limit (JSON escapes) plus room for the other fields."""
-    door = OpenAIDoor(engine_loop, prompts, auth, metrics, model_name, max_model_len)
+    four times the prompt limit (JSON escapes) plus room for the other fields.
+    `tool_call_parser` (a `server.tool_parsers` name; None: off) turns on "auto" tool
+    choice."""
+    door = OpenAIDoor(engine_loop, prompts, auth, metrics, model_name, max_model_len,
+                      tool_call_parser)
     app = FastAPI(title="Agentix", docs_url=None, redoc_url=None, openapi_url=None)
     _install_errors(app)
     app.add_middleware(BodyLimit, max_bytes=4 * prompts.max_prompt_bytes + BODY_OVERHEAD_BYTES)

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from engine import ChatPrompt, CompletionOutput, SamplingParams
+from server.tool_parsers import ParsedOutput
 
 MAX_CHOICES = 16
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16
@@ -78,6 +79,7 @@ class ChatCompletionRequest(_Body):
     max_completion_tokens: int | None = Field(default=None, ge=1)
     tools: list[dict[str, Any]] | None = None
     tool_choice: Any = None
+    parallel_tool_calls: bool = True
     response_format: dict[str, Any] | None = None
 
     def unsupported(self) -> str | None:
@@ -86,6 +88,10 @@ class ChatCompletionRequest(_Body):
         if self.response_format and self.response_format.get("type") != "text":
             return "response_format"  # no constrained decoding yet: never free text in silence
         return super().unsupported()
+
+    def parses_tool_calls(self) -> bool:
+        """Whether the output is parsed into tool calls: tools offered, choice "auto"."""
+        return bool(self.tools) and self.tool_choice in (None, "auto")
 
     def chat(self) -> ChatPrompt:
         """The messages as a ChatPrompt, with the tools unless `tool_choice` is "none" (then
@@ -143,12 +149,33 @@ def usage(completions: list[CompletionOutput]) -> dict[str, Any]:
             "service_seconds": sum(c.service_seconds for c in completions)}
 
 
-def chat_choice(index: int, completion: CompletionOutput, token_ids: bool) -> dict[str, Any]:
-    choice = {"index": index, "message": {"role": "assistant", "content": completion.text},
-              "finish_reason": completion.finish_reason, "logprobs": None}
+def chat_choice(index: int, completion: CompletionOutput, token_ids: bool,
+                parsed: ParsedOutput | None = None) -> dict[str, Any]:
+    """One choice of a chat response; with `parsed` (its output split by a tool parser), the
+    message carries the tool calls and finishes with "tool_calls" when it has any."""
+    message: dict[str, Any] = {"role": "assistant", "content": completion.text}
+    finish_reason = completion.finish_reason
+    if parsed is not None:
+        message["content"] = parsed.content
+        if parsed.tool_calls:
+            message["tool_calls"] = [call.to_openai() for call in parsed.tool_calls]
+            finish_reason = tool_calls_finish(finish_reason)
+    choice = {"index": index, "message": message, "finish_reason": finish_reason,
+              "logprobs": None}
     if token_ids:
         choice["token_ids"] = list(completion.token_ids)
     return choice
+
+
+def tool_calls_finish(finish_reason: str | None) -> str | None:
+    """A finish reason once the output made tool calls: a natural stop becomes
+    "tool_calls"; a cut one (length, abort) stays what it was."""
+    return "tool_calls" if finish_reason == "stop" else finish_reason
+
+
+def first_call_only(parsed: ParsedOutput) -> ParsedOutput:
+    """`parallel_tool_calls: false`: at most one call, the first."""
+    return ParsedOutput(parsed.content, parsed.tool_calls[:1])
 
 
 def text_choice(index: int, completion: CompletionOutput, token_ids: bool) -> dict[str, Any]:
@@ -177,6 +204,15 @@ def chunk_delta(kind: str, index: int, text: str, token_ids: list[int] | None,
     else:
         choice = {"index": index, "text": text, "finish_reason": finish_reason,
                   "logprobs": None}
+    if token_ids is not None:
+        choice["token_ids"] = token_ids
+    return choice
+
+
+def fragment_chunk(index: int, fragment: dict[str, Any], token_ids: list[int] | None
+                   ) -> dict[str, Any]:
+    """One choice of a streamed chat chunk whose delta is a tool parser's fragment."""
+    choice = {"index": index, "delta": fragment, "finish_reason": None, "logprobs": None}
     if token_ids is not None:
         choice["token_ids"] = token_ids
     return choice
