@@ -13,6 +13,12 @@ whose n threads ATLAS schedules together, ended when the request ends. A program
 starts (an unknown id, or the n choices' own) gets the class the `X-Program-Class` header or
 `program_class` in the body gives (the header wins; checked like an id, else 400 naming
 `program_class`); a program that exists keeps its class, a one-call program has none.
+Tools: a chat request's `tools` reach the chat template (unless `tool_choice` is "none"), as
+do an assistant message's `tool_calls` and a tool message's `tool_call_id` and `name`. With
+`tool_choice` "auto" (or unset) the server must parse tool calls (`tool_call_parser`, vLLM's
+`--enable-auto-tool-choice --tool-call-parser NAME`; else 400 naming `tool_choice`): each
+choice's output becomes `message.tool_calls` (finish_reason "tool_calls") and content, or
+streams as tool-call deltas; `parallel_tool_calls: false` keeps the first call.
 `ttft_slo_seconds` in the body is the first-token deadline of each call the request makes
 (seconds after it arrives, 0 < s <= 86400, else 400 naming it; unset: the engine's). A
 client that disconnects (streamed or not) aborts its calls, which frees their blocks. Errors

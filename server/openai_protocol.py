@@ -4,9 +4,9 @@ Requests accept the OpenAI fields this engine can honour, plus the usual extras 
 servers (`top_k`, `ignore_eos`, `return_token_ids`) and Agentix's own (`program_id`,
 `program_class`, `thread_id`, `expected_tool_seconds`, `ttft_slo_seconds`); other unknown
 fields are ignored, as OpenAI clients send many. Fields it cannot honour (`logprobs`,
-`echo`, `best_of`, `suffix`, `tools` with `tool_choice` other than "none"/"auto",
-`response_format` other than "text") are refused with a 400 naming them, never dropped in
-silence. Sampling defaults follow OpenAI:
+`echo`, `best_of`, `suffix`, `tool_choice` other than "none"/"auto" (a forced call needs
+constrained decoding), `response_format` other than "text") are refused with a 400 naming
+them, never dropped in silence. Sampling defaults follow OpenAI:
 temperature 1, top_p 1; `max_tokens` defaults to 16 on /v1/completions and to the rest of
 the context on chat.
 """
