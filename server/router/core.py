@@ -20,7 +20,9 @@ from typing import Sequence
 
 import grpc
 
+from engine.errors import UnknownProgramError
 from scheduler.placement.base import CallOutcome, Placement, PlacementRequest, ReplicaLoad
+from scheduler.process_table import ProgramRecord
 from server import agentix_pb2 as pb
 from server.auth import ROUTER_TOKEN_HEADER
 from server.router.programs import RouterPrograms, policy_for
@@ -146,9 +148,11 @@ class Router:
                              metadata: Sequence[tuple[str, str]]) -> None:
         """Start the program on `replica` unless it already was (one StartProgram however
         many calls wait on it; ALREADY_EXISTS counts as started). Raises the replica's
-        AioRpcError otherwise."""
+        AioRpcError otherwise, UnknownProgramError if the program has ended (here)."""
         routed = self.programs.routed.get(program_id)
-        if routed is None or replica.index in routed.started_on:
+        if routed is None:
+            raise UnknownProgramError(program_id)
+        if replica.index in routed.started_on:
             return
         key = (program_id, replica.index)
         future = self._starting.get(key)
@@ -160,7 +164,12 @@ class Router:
 
     async def _start_on(self, program_id: str, replica: Replica,
                         metadata: Sequence[tuple[str, str]]) -> None:
-        routed = self.programs.routed[program_id]
+        """StartProgram on `replica`; if the program ended here meanwhile, end it there
+        again at once (its EndProgram did not know of this replica) and raise
+        UnknownProgramError: no call of an ended program is forwarded."""
+        routed = self.programs.routed.get(program_id)
+        if routed is None:
+            raise UnknownProgramError(program_id)
         request = pb.StartProgramRequest(
             program_id=routed.outer_id, tenant=routed.tenant or "",
             program_class=self.programs.get(program_id).program_class or "")
@@ -170,20 +179,27 @@ class Router:
         except grpc.aio.AioRpcError as exc:
             if exc.code() != grpc.StatusCode.ALREADY_EXISTS:
                 raise
-        routed = self.programs.routed.get(program_id)
-        if routed is not None:
-            routed.started_on.add(replica.index)
+        if self.programs.routed.get(program_id) is not routed:  # ended while we waited
+            await self._end_everywhere(routed.outer_id, [replica.index], False, metadata)
+            raise UnknownProgramError(program_id)
+        routed.started_on.add(replica.index)
 
-    async def end_on_replicas(self, program_id: str, failed: bool,
-                              metadata: Sequence[tuple[str, str]]) -> float:
-        """End the program on every replica it was started on (their calls of it are
-        aborted there); returns the swap time they report. A replica that cannot be
-        reached is skipped (it lost the program, or its TTL will end it)."""
+    async def end_program(self, program_id: str, failed: bool,
+                          metadata: Sequence[tuple[str, str]]) -> ProgramRecord:
+        """End the program: here first, before any await, so no call of it is placed or
+        started anywhere from then on (UnknownProgramError for an unknown id; a recently
+        ended one's final record again), then on every replica it was started on (their
+        calls of it are aborted there), adding the swap time they report. A replica that
+        cannot be reached is skipped (it lost the program, or its TTL will end it)."""
         routed = self.programs.routed.get(program_id)
-        if routed is None:
-            return 0.0
-        return await self._end_everywhere(routed.outer_id, sorted(routed.started_on), failed,
-                                          metadata)
+        active = program_id in self.programs.table
+        record = self.programs.end(self.clock(), program_id, failed)
+        if active:
+            self.placement.program_ended(program_id)
+        if routed is not None:
+            record.swap_time += await self._end_everywhere(
+                routed.outer_id, sorted(routed.started_on), failed, metadata)
+        return record
 
     async def _end_everywhere(self, outer_id: str, indices: list[int], failed: bool,
                               metadata: Sequence[tuple[str, str]]) -> float:

@@ -131,10 +131,13 @@ class Replica:
                     self.model_info = await self.stub.ModelInfo(
                         pb.ModelInfoRequest(), metadata=tuple(self.metadata),
                         timeout=CHECK_TIMEOUT)
+                sent_before = self.sent_tokens
                 self.stats = await self.stub.EngineStats(
                     pb.EngineStatsRequest(), metadata=tuple(self.metadata),
                     timeout=CHECK_TIMEOUT)
-                self.sent_tokens = 0
+                # The stats count what was sent before the poll; what was sent during it
+                # still counts on top of them.
+                self.sent_tokens -= sent_before
             self._timeouts = 0
             self._set_healthy(serving, reachable=True)
         except grpc.aio.AioRpcError as exc:

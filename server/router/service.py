@@ -27,12 +27,13 @@ from typing import AsyncIterator, NoReturn
 
 import grpc
 
+from engine.errors import UnknownProgramError
+from engine.llm_engine import check_ttft_slo
 from scheduler.ids import check_id
 from scheduler.placement.base import PlacementRequest
 from server import agentix_pb2 as pb
 from server import convert
 from server.auth import RouterTrust, TokenAuth
-from engine.llm_engine import check_ttft_slo
 from server.errors import DrainingError, abort_for
 from server.namespace import Namespace, caller_namespace, new_id
 from server.router.core import NoReplicaError, RoutedCall, Router
@@ -96,13 +97,8 @@ class RouterServicer:
         router = self.router
         try:
             inner = ns.inner("program_id", request.program_id)
-            swap = await router.end_on_replicas(inner, request.failed,
-                                                router.forwarded(context.invocation_metadata()))
-            active = inner in router.programs.table
-            record = router.programs.end(router.clock(), inner, request.failed)
-            if active:
-                record.swap_time += swap
-                router.placement.program_ended(inner)
+            record = await router.end_program(inner, request.failed,
+                                              router.forwarded(context.invocation_metadata()))
             return convert.program_info(record, ns.outer)
         except Exception as exc:
             await self._fail(context, ns.outer_error(exc))
@@ -147,9 +143,12 @@ class RouterServicer:
         forward.ClearField("program_priority")
         record = None
         if program_id is not None:
-            record, value = router.programs.begin_call(
-                router.clock(), program_id, inner_call, request.thread_id or None,
-                shape.num_tokens)
+            try:  # the program may have ended or expired while the prompt was sized
+                record, value = router.programs.begin_call(
+                    router.clock(), program_id, inner_call, request.thread_id or None,
+                    shape.num_tokens)
+            except Exception as exc:
+                await self._fail(context, ns.outer_error(exc))
             priority = value if priority is None else max(value, priority)
         if priority is not None and router.router_token is not None:
             # Without a router token the replicas would refuse it: they then schedule the
@@ -186,6 +185,8 @@ class RouterServicer:
                                 f"mid-stream: the call was cut; retry it (same call_id)")
         except (NoReplicaError, grpc.aio.AioRpcError) as exc:
             await self._fail(context, exc)
+        except UnknownProgramError as exc:  # it ended while the call was being placed
+            await self._fail(context, ns.outer_error(exc))
         finally:
             router.calls.pop(inner_call, None)
             if record is not None:
