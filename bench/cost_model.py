@@ -11,7 +11,16 @@ A step is either compute-bound or memory-bound, whichever is slower (a roofline)
           + kv_per_token * (context read + new tokens written)
 
 `kv_per_token = 2 * layers * kv_heads * head_dim * dtype_bytes` (K and V). Tensor parallelism
-splits both the FLOPs and the bytes over `tp` GPUs (communication is folded into the overhead).
+splits both the FLOPs and the bytes over `tp` GPUs and adds its collectives, not overlapped:
+
+    collectives = layers * allreduces_per_layer + 2   (the embedding's and the logits')
+    comm = collectives * (allreduce_latency
+                          + 2 * (tp - 1) / tp * new_tokens * hidden * dtype_bytes / bus_bandwidth)
+
+(a ring all-reduce of the step's activations; `allreduces_per_layer` is 2 for Llama, 1 for
+Falcon's parallel attention and MLP). The GPU presets' latency and bus bandwidth are NVLink
+budgets (see GPU_PRESETS), not figures measured here; `bench.tp_bench` measures gloo's on this
+CPU and checks the term against measured TP=2 steps.
 A chunk is `(num_new_tokens, context_len)` with `context_len` the call's tokens after the chunk
 (start + new); its new tokens attend causally, so it makes
 `new * context_len - new * (new - 1) / 2` query-key pairs and reads `context_len - new` cached
@@ -42,7 +51,8 @@ TFLOPS = 1e12
 class GPUPreset:
     """One GPU: dense bf16 peak, matmul efficiency reached, HBM bandwidth and size, the
     practical host link (PCIe) bandwidth and the fixed latency of one bulk transfer, and the
-    host memory available for swapped KV blocks (per engine)."""
+    host memory available for swapped KV blocks (per engine); for tensor parallelism, the
+    latency of one all-reduce and the all-reduce bus bandwidth between its GPUs."""
 
     name: str
     peak_flops: float
@@ -52,6 +62,8 @@ class GPUPreset:
     host_link_bandwidth: float
     per_transfer_latency: float
     host_memory_bytes: float
+    allreduce_latency: float = 0.0
+    allreduce_bus_bandwidth: float = float("inf")
 
     def __post_init__(self) -> None:
         for field_name in ("peak_flops", "hbm_bandwidth", "memory_bytes", "host_link_bandwidth"):
@@ -63,11 +75,16 @@ class GPUPreset:
             raise ValueError(f"per_transfer_latency must be >= 0, got {self.per_transfer_latency}")
         if self.host_memory_bytes < 0:
             raise ValueError(f"host_memory_bytes must be >= 0, got {self.host_memory_bytes}")
+        if self.allreduce_latency < 0 or not self.allreduce_bus_bandwidth > 0:
+            raise ValueError(f"allreduce_latency must be >= 0 and allreduce_bus_bandwidth "
+                             f"positive, got {self.allreduce_latency}, "
+                             f"{self.allreduce_bus_bandwidth}")
 
 
 @dataclass(frozen=True)
 class ModelPreset:
-    """One model's shapes, parameter count and how many GPUs it is split over."""
+    """One model's shapes, parameter count, how many GPUs it is split over and how many
+    all-reduces a layer makes under tensor parallelism."""
 
     name: str
     layers: int
@@ -80,10 +97,11 @@ class ModelPreset:
     params: float
     tensor_parallel: int = 1
     dtype_bytes: int = 2
+    allreduces_per_layer: int = 2
 
     def __post_init__(self) -> None:
         for field_name in ("layers", "hidden", "q_heads", "kv_heads", "head_dim", "ffn", "vocab",
-                           "params", "tensor_parallel", "dtype_bytes"):
+                           "params", "tensor_parallel", "dtype_bytes", "allreduces_per_layer"):
             if not getattr(self, field_name) > 0:
                 raise ValueError(f"{field_name} must be positive, got {getattr(self, field_name)}")
 
@@ -127,18 +145,28 @@ class ModelPreset:
 
 # Datasheet figures (DESIGN.md "Reference figures"); host memory: the paper's host had 1.36 TB,
 # we give each engine 256 GB of it (a large swap space that is cheap to index in the simulator).
+# All-reduce over NVLink (SXM boards, NVSwitch): a budget of 15 us per small all-reduce and
+# the bus bandwidth nccl-tests is commonly reported to reach for large messages (about 230 GB/s
+# on A100, 450 GB/s on H100/H200); never measured here (no multi-GPU machine).
 GPU_PRESETS: dict[str, GPUPreset] = {
     p.name: p for p in (
-        GPUPreset("a100-80g", 312 * TFLOPS, 0.6, 2.0 * TB, 80 * GB, 25 * GB, 1e-4, 256 * GB),
-        GPUPreset("h100", 989 * TFLOPS, 0.6, 3.35 * TB, 80 * GB, 50 * GB, 1e-4, 256 * GB),
-        GPUPreset("h200", 989 * TFLOPS, 0.6, 4.8 * TB, 141 * GB, 50 * GB, 1e-4, 256 * GB),
+        GPUPreset("a100-80g", 312 * TFLOPS, 0.6, 2.0 * TB, 80 * GB, 25 * GB, 1e-4, 256 * GB,
+                  15e-6, 230 * GB),
+        GPUPreset("h100", 989 * TFLOPS, 0.6, 3.35 * TB, 80 * GB, 50 * GB, 1e-4, 256 * GB,
+                  15e-6, 450 * GB),
+        GPUPreset("h200", 989 * TFLOPS, 0.6, 4.8 * TB, 141 * GB, 50 * GB, 1e-4, 256 * GB,
+                  15e-6, 450 * GB),
     )
 }
 
+# The paper's three setups: Llama-3.1-8B on one GPU, 70B on 4 and Falcon-180B on 8 (its new
+# decoder architecture: 232 query heads of 64 in 8 KV groups, attention and MLP in parallel, so
+# one all-reduce a layer; a GELU MLP of 4 x hidden; vocabulary 65,024).
 MODEL_PRESETS: dict[str, ModelPreset] = {
     p.name: p for p in (
         ModelPreset("llama-3.1-8b", 32, 4096, 32, 8, 128, 14336, 128256, 8.03e9, 1, 2),
         ModelPreset("llama-3.1-70b", 80, 8192, 64, 8, 128, 28672, 128256, 70.6e9, 4, 2),
+        ModelPreset("falcon-180b", 80, 14848, 232, 8, 64, 59392, 65024, 179.5e9, 8, 2, 1),
     )
 }
 
@@ -180,6 +208,10 @@ class CostModel:
         self._byte_rate = gpu.hbm_bandwidth * tp
         self._attn_flops_per_pair = 4 * model.layers * model.q_heads * model.head_dim
         self._kv_per_token = model.kv_bytes_per_token
+        collectives = model.layers * model.allreduces_per_layer + 2 if tp > 1 else 0
+        self._comm_latency = collectives * gpu.allreduce_latency
+        self._comm_seconds_per_token = (collectives * 2 * (tp - 1) / tp * model.hidden
+                                        * model.dtype_bytes / gpu.allreduce_bus_bandwidth)
 
     @classmethod
     def from_names(cls, preset: str, model: str, **kwargs) -> "CostModel":
@@ -198,7 +230,12 @@ class CostModel:
             return 0.0
         flops, nbytes = self.step_work(new_tokens, pairs, kv_tokens)
         overhead = self.step_overhead + (self.schedule_overhead if new_round else 0.0)
-        return overhead + max(flops / self._flops_rate, nbytes / self._byte_rate)
+        return overhead + max(flops / self._flops_rate, nbytes / self._byte_rate) \
+            + self.comm_seconds(new_tokens)
+
+    def comm_seconds(self, new_tokens: int) -> float:
+        """The tensor-parallel collectives of a step of `new_tokens` (0 at tp 1)."""
+        return self._comm_latency + self._comm_seconds_per_token * new_tokens
 
     def step_work(self, new_tokens: int, pairs: int, kv_tokens: int) -> tuple[float, float]:
         """(FLOPs, bytes) of a step from its totals: what the roofline rates (calibration fits

@@ -13,7 +13,8 @@ them, TP=2 with half each (the engine divides them).
 2. The cost model's TP term: the calibration probes (`bench.calibrate`) fitted on TP=1 with
    one thread (a "device" is one core), then the same probes measured at TP=2 (one thread per
    rank) against the fitted model with `tensor_parallel=2`, which divides the FLOPs and bytes
-   of a step by 2 and keeps the per-step overhead.
+   of a step by 2 and keeps the per-step overhead: without the collectives' term, and with
+   it set from gloo's all-reduce latency and bus bandwidth measured here (`run_allreduce`).
 """
 
 from __future__ import annotations
@@ -87,14 +88,68 @@ def run_probes(model_dir: str, tp: int, threads: int) -> dict[str, Any]:
     return out
 
 
-def cost_model_check(model_dir: str, fit: dict[str, float], samples: list) -> dict[str, Any]:
-    """Measured TP=2 step times against the TP=1 fit with `tensor_parallel=2`."""
+ALLREDUCE_TOKENS = (1, 1024)  # activations of 1 and 1,024 tokens: latency, then bandwidth
+ALLREDUCE_REPEATS = 200
+
+
+def _allreduce_rank(rank: int, port: int, hidden: int, out: Any) -> None:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=2)
+    medians = []
+    for tokens in ALLREDUCE_TOKENS:
+        tensor = torch.ones(tokens, hidden)
+        for _ in range(10):
+            dist.all_reduce(tensor)
+        times = []
+        for _ in range(ALLREDUCE_REPEATS):
+            started = time.perf_counter()
+            dist.all_reduce(tensor)
+            times.append(time.perf_counter() - started)
+        medians.append(statistics.median(times))
+    if rank == 0:
+        out.put(medians)
+    dist.destroy_process_group()
+
+
+def run_allreduce(hidden: int) -> dict[str, Any]:
+    """(In a fresh process.) gloo all-reduce between 2 local ranks of float32 activations of
+    `ALLREDUCE_TOKENS` tokens: the latency (the smallest's median) and the bus bandwidth
+    (a ring moves 2 (tp - 1) / tp of the bytes) that `CostModel` takes."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    context = mp.get_context("spawn")
+    out = context.Queue()
+    mp.start_processes(_allreduce_rank, args=(port, hidden, out), nprocs=2,
+                       start_method="spawn")
+    small, large = out.get(timeout=60)
+    ring_bytes = 2 * (2 - 1) / 2 * ALLREDUCE_TOKENS[1] * hidden * 4  # what a rank sends
+    return {"latency": small, "bus_bandwidth": ring_bytes / max(large - small, 1e-9),
+            "medians": [small, large]}
+
+
+def cost_model_check(model_dir: str, fit: dict[str, float], samples: list,
+                     allreduce: dict[str, float] | None = None) -> dict[str, Any]:
+    """Measured TP=2 step times against the TP=1 fit with `tensor_parallel=2`, and the
+    collectives' term from `allreduce` (measured latency and bus bandwidth; None: without
+    that term)."""
     from bench.cost_model import CostModel
     from bench.step_fit import cpu_preset, model_preset_for
 
     model = replace(model_preset_for(model_dir), tensor_parallel=2)
-    cost = CostModel(cpu_preset(fit["flops_rate"], fit["byte_rate"]), model,
-                     fit["step_overhead"], fit["schedule_overhead"])
+    gpu = cpu_preset(fit["flops_rate"], fit["byte_rate"])
+    if allreduce is not None:
+        gpu = replace(gpu, allreduce_latency=allreduce["latency"],
+                      allreduce_bus_bandwidth=allreduce["bus_bandwidth"])
+    cost = CostModel(gpu, model, fit["step_overhead"], fit["schedule_overhead"])
     errors, rows = [], []
     for chunks, new_round, seconds in samples:
         predicted = cost.step_seconds([tuple(c) for c in chunks], new_round)
@@ -128,19 +183,28 @@ def main(argv: Sequence[str] | None = None) -> None:
                                 dict(model_dir=model_dir, tp=1, threads=1))
         two = run_in_subprocess("bench.tp_bench:run_probes",
                                 dict(model_dir=model_dir, tp=2, threads=2))
-        check = cost_model_check(model_dir, one["fit"], two["samples"])
+        allreduce = run_in_subprocess("bench.tp_bench:run_allreduce",
+                                      dict(hidden=MODEL["hidden_size"]))
+        before = cost_model_check(model_dir, one["fit"], two["samples"])
+        check = cost_model_check(model_dir, one["fit"], two["samples"], allreduce)
     measured = {tp: statistics.fmean(s[2] for s in r["samples"])
                 for tp, r in ((1, one), (2, two))}
     out = {"tokens_per_s": speed, "tp2_over_tp1": speed[2] / speed[1], "runs": runs,
            "fit_tp1_one_thread": one["fit"], "mean_step_seconds": measured,
+           "gloo_allreduce": allreduce, "cost_model_tp2_without_collectives": before,
            "cost_model_tp2": check}
     print(f"| TP | tokens/s (median of {args.rounds}) | vs TP=1 |\n| --- | --- | --- |")
     for tp in (1, 2):
         print(f"| {tp} | {speed[tp]:.1f} | {speed[tp] / speed[1]:.2f}x |")
-    print(f"\ncost model TP=2 step error: mean {check['mean_rel_error']:+.1%}, rms "
-          f"{check['rms_rel_error']:.1%}, max {check['max_abs_rel_error']:.1%} over "
-          f"{len(check['steps'])} steps; measured mean step TP=2 / TP=1 (one thread per "
-          f"rank): {measured[2] / measured[1]:.2f}")
+    print(f"\ngloo all-reduce: {allreduce['latency'] * 1e6:.0f} us, "
+          f"{allreduce['bus_bandwidth'] / 1e9:.2f} GB/s bus bandwidth")
+    for name, result in (("without the collectives' term", before),
+                         ("with the measured collectives", check)):
+        print(f"cost model TP=2 step error {name}: mean {result['mean_rel_error']:+.1%}, rms "
+              f"{result['rms_rel_error']:.1%}, max {result['max_abs_rel_error']:.1%} over "
+              f"{len(result['steps'])} steps")
+    print(f"measured mean step TP=2 / TP=1 (one thread per rank): "
+          f"{measured[2] / measured[1]:.2f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1, default=str)

@@ -53,9 +53,31 @@ def test_tensor_parallel_divides_compute_and_bytes():
     c1 = CostModel(gpu, one, step_overhead=0.0, schedule_overhead=0.0)
     c4 = CostModel(gpu, four, step_overhead=0.0, schedule_overhead=0.0)
     for chunks in ([(1, 1000)], [(2048, 2048)]):
-        assert c4.step_seconds(chunks) == pytest.approx(c1.step_seconds(chunks) / 4)
+        new_tokens = sum(n for n, _ in chunks)
+        assert c4.step_seconds(chunks) - c4.comm_seconds(new_tokens) == \
+            pytest.approx(c1.step_seconds(chunks) / 4)
     # 70B on 4 A100s: 141.2 GB of weights over 8 TB/s = 17.65 ms per decode at least
     assert c4.step_seconds([(1, 1)]) >= 70.6e9 * 2 / (4 * 2.0e12)
+
+
+def test_tensor_parallel_adds_its_all_reduces():
+    """70B on 4 A100s: 80 layers x 2 + 2 = 162 all-reduces a step, each 15 us plus a ring's
+    2 x 3/4 of the activations (8192 x 2 bytes a token) over 230 GB/s; none at tp 1."""
+    c4 = CostModel(gpu_preset("a100-80g"), model_preset("llama-3.1-70b"))
+    per_token = 162 * 1.5 * 8192 * 2 / 230e9
+    assert c4.comm_seconds(1) == pytest.approx(162 * 15e-6 + per_token)
+    assert c4.comm_seconds(64) == pytest.approx(162 * 15e-6 + 64 * per_token)
+    falcon = CostModel(gpu_preset("a100-80g"), model_preset("falcon-180b"))
+    assert falcon.comm_seconds(1) == pytest.approx(82 * (15e-6 + 1.75 * 14848 * 2 / 230e9))
+    assert make_cost().comm_seconds(64) == 0.0  # 8B on one GPU
+
+
+def test_falcon_180b_on_eight_a100s():
+    """179.5e9 x 2 bytes of weights on 8 x 80 GB; KV: 2 x 80 layers x 8 KV heads x 64 x 2 =
+    160 KiB a token."""
+    falcon = CostModel(gpu_preset("a100-80g"), model_preset("falcon-180b"))
+    assert falcon.model.kv_bytes_per_token == 160 * 1024
+    assert falcon.kv_blocks(16) == int((8 * 80e9 - 179.5e9 * 2) * 0.9 // (16 * 160 * 1024))
 
 
 def test_faster_gpus_are_faster():
