@@ -3,7 +3,7 @@
 
 One trace, replayed in the simulator under three memory settings of the same policy:
 `ttl` (retain 2 x the mean observed tool time, no prefetch: the rule before the learnt one),
-`learnt` (scheduler.tool_times, no prefetch) and `learnt+prefetch` (the default). Prints one
+`learnt` (scheduler.tool_times, no prefetch: the default) and `learnt+prefetch`. Prints one
 markdown row each: mean and P99 normalised latency, TTFT P99, prefill tokens computed, the
 ratios of each to `ttl`'s, and the KV moved (blocks offloaded to host, fetched back for a
 call, prefetched back before one) with the retention counts.

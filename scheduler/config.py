@@ -89,7 +89,7 @@ class SchedulerConfig:
     retention_ttl_factor: float = 2.0
     retention_max_seconds: float = 60.0
     retention_rule: str = "learnt"
-    prefetch: bool = True
+    prefetch: bool = False
     program_service_halflife: float | None = None
     ttft_slo_seconds: float | None = None
     itl_slo_seconds: float | None = None

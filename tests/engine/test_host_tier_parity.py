@@ -85,7 +85,7 @@ def test_a_prefix_offloaded_to_host_is_fetched_back_token_exact(tiny_tied_llama)
 def test_a_prefix_prefetched_back_before_the_next_call_is_a_device_hit_token_exact(
         tiny_tied_llama):
     model_dir, model = tiny_tied_llama
-    engine, clock = make_engine(model_dir)
+    engine, clock = make_engine(model_dir, prefetch=True)
     rng = random.Random(0)
     engine.start_program("A")
     prompt_a = random_tokens(rng, 10)

@@ -16,7 +16,7 @@ def prefetched(sim) -> int:
 
 
 def test_offloaded_kv_comes_back_once_free_blocks_appear_and_serves_the_next_call():
-    sim, a1 = offloaded_setup()  # A's 2 blocks on host; B's KV holds every device block
+    sim, a1 = offloaded_setup(prefetch=True)  # A's 2 blocks on host, B's KV on all the rest
     step_until(sim, 15.0)  # past A's expected return (hint 10 s after t=4)
     assert prefetched(sim) == 0  # B is live: its KV outranks an empty device block
     assert sim.kv.pool.num_evictable(0.0) == 0
@@ -32,7 +32,7 @@ def test_offloaded_kv_comes_back_once_free_blocks_appear_and_serves_the_next_cal
 
 
 def test_prefetch_waits_for_the_expected_return_less_the_copy_time():
-    sim, _ = offloaded_setup()  # hint 10 s after a1 finished at t=4
+    sim, _ = offloaded_setup(prefetch=True)  # hint 10 s after a1 finished at t=4
     sim.scheduler.end_program("B", sim.now)
     step_until(sim, 13.0)
     assert prefetched(sim) == 0
@@ -43,7 +43,7 @@ def test_prefetch_waits_for_the_expected_return_less_the_copy_time():
 
 
 def test_a_call_that_comes_first_fetches_its_own_kv_and_nothing_is_prefetched():
-    sim, a1 = offloaded_setup()
+    sim, a1 = offloaded_setup(prefetch=True)
     sim.scheduler.end_program("B", sim.now)
     add_call(sim, "A", "a2", a1.all_token_ids + [1, 2, 3, 4], 2)
     sim.run_clean()
