@@ -127,11 +127,11 @@ class ProgramMemory:
     def finished(self, program: ProgramRecord, call: CallRecord, level: int, num_blocks: int,
                  now: float, token_ids: Sequence[int], calls_in_engine: int) -> float:
         """`call` of `program` finished and leaves `num_blocks` cached blocks of `token_ids`
-        (its prompt and output); its next call would enter `level`; `calls_in_engine` are
-        the other calls running or queued. Returns the rank for the blocks (QUEUED if the program has other
-        active calls, TOOL_CALL if a retention of them and of the program's other cached
-        blocks fits the budget, else NONE); those other blocks move to that rank too. An
-        idle program's KV is watched for prefetch."""
+        (its prompt and output); its next call would enter `level`; `calls_in_engine` are the
+        other calls running or queued. Returns the rank for the blocks (QUEUED if the program
+        has other active calls, TOOL_CALL if a retention of them and of the program's other
+        cached blocks fits the budget, else NONE); those other blocks move to that rank too.
+        An idle program's KV is watched for prefetch."""
         if not self.enabled or (program.ephemeral and not program.active_calls):
             return NO_OWNER_RANK
         if program.active_calls:

@@ -27,7 +27,7 @@ def test_prefetched_blocks_are_the_owners_cached_blocks_at_its_rank():
     mgr = make_manager()
     on_host_after_b(mgr)
     pairs = mgr.prefetch("A", PROMPT, rank=5.0)
-    assert pairs == [(1, 1), (0, 2)]  # block 0 of the prefix first, onto free blocks (b's, freed last first)
+    assert pairs == [(1, 1), (0, 2)]  # block 0 of the prefix first, onto b's freed blocks
     assert [device_block_of(mgr, i) for i in (0, 1)] == [1, 2]
     assert [mgr.pool.free_rank(b) for b in (1, 2)] == [5.0, 5.0]
     assert mgr.num_kept_blocks_of("A") == 2 and mgr.num_prefetched_blocks == 2
