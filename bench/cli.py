@@ -246,6 +246,9 @@ def add_real_run_arguments(parser: argparse.ArgumentParser, programs: int, rate:
     parser.add_argument("--kv-blocks", type=_positive_int, default=256,
                         help="device KV blocks (and as many host blocks)")
     parser.add_argument("--threads", type=_positive_int, default=1, help="torch threads")
+    parser.add_argument("--set", type=parse_override, action="append", default=[],
+                        metavar="FIELD=VALUE", help="an engine config field for every policy "
+                        "(repeatable), e.g. --set retention_rule='ttl'")
 
 
 def real_run_setup(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
@@ -264,7 +267,8 @@ def real_run_setup(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     trace = scale_trace(mixed.generate(args.programs, args.seed, args.rate), args.scale,
                         args.max_calls)
     fields = dict(block_size=16, num_kv_blocks=args.kv_blocks, num_host_blocks=args.kv_blocks,
-                  max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_batched_tokens)
+                  max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_batched_tokens,
+                  **dict(args.set))
     calls = sum(len(p.calls) for p in trace.programs)
     print(f"model {args.model_dir} (float32, CPU, torch.set_num_threads({args.threads}): the "
           f"engine uses {args.threads} core(s), the rest stay free)")
