@@ -155,20 +155,21 @@ class ProgramMemory:
                           calls_in_engine: int) -> float:
         """How long to retain `program`'s `num_blocks` blocks after `call` (see the module
         docstring), at most `retention_max_seconds`."""
-        times = self.return_times.times(_class_of(program)) \
-            if self.config.retention_rule == "learnt" else None
+        config = self.config
+        times = None
+        if call.expected_tool_seconds is None and config.retention_rule == "learnt":
+            times = self.return_times.times(_class_of(program))
         if call.expected_tool_seconds is not None:
-            expected = self.config.retention_ttl_factor * call.expected_tool_seconds
+            expected = config.retention_ttl_factor * call.expected_tool_seconds
         elif times is not None:
             value = retention_value(self._reload_seconds(num_blocks), calls_in_engine)
-            price = memory_price(num_blocks, *self.pressure)
-            expected = times.best_retention(value, price)
+            expected = times.best_retention(value, memory_price(num_blocks, *self.pressure))
         elif program.num_tool_gaps:
-            expected = self.config.retention_ttl_factor * program.external_time \
+            expected = config.retention_ttl_factor * program.external_time \
                 / program.num_tool_gaps
         else:
-            expected = self.config.retention_ttl_factor * self.config.retention_prior_seconds
-        return min(self.config.retention_max_seconds, expected)
+            expected = config.retention_ttl_factor * config.retention_prior_seconds
+        return min(config.retention_max_seconds, expected)
 
     def _reload_seconds(self, num_blocks: int) -> float:
         """Bringing back `num_blocks` evicted blocks: recomputing them, or (with a host tier)
