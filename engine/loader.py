@@ -1,5 +1,5 @@
-"""Load a Llama-family model from a Hugging Face directory, and what the engine needs of a
-model besides its weights (`ModelInfo`)."""
+"""Load a model of a supported architecture (`engine.models.registry`) from a Hugging Face
+directory, and what the engine needs of a model besides its weights (`ModelInfo`)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ from safetensors.torch import load_file
 
 from engine.models.layers import RotaryEmbedding
 from engine.models.llama import LlamaArgs, LlamaForCausalLM
+from engine.models.registry import model_args
 from engine.tokenizer import Tokenizer, load_tokenizer
-
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM",)
 
 
 @dataclass(frozen=True)
@@ -30,7 +29,7 @@ class ModelInfo:
     @classmethod
     def from_hf_config(cls, cfg: dict, tokenizer: Tokenizer | None = None) -> ModelInfo:
         """From a Hugging Face `config.json` dict (no directory: an injected executor)."""
-        return cls(LlamaArgs.from_hf_config(cfg), _token_ids(cfg.get("eos_token_id")), tokenizer)
+        return cls(model_args(cfg), _token_ids(cfg.get("eos_token_id")), tokenizer)
 
 
 @dataclass(frozen=True)
@@ -49,14 +48,11 @@ def read_model_dir(model_dir: str | Path) -> ModelFiles:
     if not config_file.is_file():
         raise ValueError(f"model: {path} has no config.json")
     cfg = json.loads(config_file.read_text())
-    archs = cfg.get("architectures") or ["LlamaForCausalLM"]
-    if archs[0] not in SUPPORTED_ARCHITECTURES:
-        raise ValueError(f"model: architecture {archs[0]!r} is not supported")
     eos = cfg.get("eos_token_id")
     gen_file = path / "generation_config.json"
     if gen_file.is_file():
         eos = json.loads(gen_file.read_text()).get("eos_token_id", eos)
-    return ModelFiles(path, cfg, LlamaArgs.from_hf_config(cfg), _token_ids(eos))
+    return ModelFiles(path, cfg, model_args(cfg), _token_ids(eos))
 
 
 def read_model_info(files: ModelFiles) -> ModelInfo:

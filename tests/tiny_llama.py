@@ -1,5 +1,6 @@
-"""Tiny random Llama checkpoints written as HF directories, and the transformers greedy
-reference for them (imported by tests/conftest.py and by tests that need the reference)."""
+"""Tiny random Llama (or Qwen2, Qwen3) checkpoints written as HF directories, and the
+transformers greedy reference for them (imported by tests/conftest.py and by tests that need
+the reference)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,22 @@ TINY_LLAMA = dict(
 )
 
 
-def build_tiny_llama(path, tie_word_embeddings: bool, seed: int = 0, **overrides):
-    """Write a tiny Llama (TINY_LLAMA with `overrides`) to `path`; returns the HF model."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+def build_tiny_llama(path, tie_word_embeddings: bool, seed: int = 0, family: str = "Llama",
+                     vector_noise: float = 0.0, **overrides):
+    """Write a tiny model of transformers' `{family}Config` and `{family}ForCausalLM`
+    (TINY_LLAMA with `overrides`) to `path`; returns the HF model. `vector_noise` is the std
+    of noise added to every 1-D parameter (transformers makes biases 0 and norm weights 1), so
+    that a bias or norm weight the engine drops or misplaces changes the tokens."""
+    import transformers
 
     torch.manual_seed(seed)
-    config = LlamaConfig(**{**TINY_LLAMA, **overrides}, tie_word_embeddings=tie_word_embeddings)
-    model = LlamaForCausalLM(config).eval()
+    config = getattr(transformers, f"{family}Config")(
+        **{**TINY_LLAMA, **overrides}, tie_word_embeddings=tie_word_embeddings)
+    model = getattr(transformers, f"{family}ForCausalLM")(config).eval()
+    with torch.no_grad():
+        for param in model.parameters():
+            if vector_noise and param.dim() == 1:
+                param.add_(torch.randn_like(param), alpha=vector_noise)
     model.save_pretrained(path)
     return model
 

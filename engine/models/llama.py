@@ -1,5 +1,8 @@
 """Llama-family decoder over a paged KV cache (GQA, Llama-3 RoPE scaling, tied or untied
-embeddings). Module names match Hugging Face's checkpoints, so weights load by name."""
+embeddings). Module names match Hugging Face's checkpoints, so weights load by name.
+
+The flags `qkv_bias`, `o_bias` and `qk_norm` of `LlamaArgs` make the same decoder the other
+families' (`engine.models.qwen`; `engine.models.registry` picks a config's reader)."""
 
 from __future__ import annotations
 
@@ -26,6 +29,9 @@ class LlamaArgs:
     rope_scaling: RopeScaling | None
     max_position_embeddings: int
     tie_word_embeddings: bool
+    qkv_bias: bool = False   # biases on q_proj, k_proj, v_proj
+    o_bias: bool = False     # a bias on o_proj
+    qk_norm: bool = False    # q_norm, k_norm: RMSNorm over each q and k head, before RoPE
 
     @classmethod
     def from_hf_config(cls, cfg: dict) -> "LlamaArgs":
@@ -56,6 +62,8 @@ class LlamaArgs:
             rope_scaling=scaling,
             max_position_embeddings=cfg.get("max_position_embeddings", 2048),
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            qkv_bias=bool(cfg.get("attention_bias", False)),
+            o_bias=bool(cfg.get("attention_bias", False)),
         )
 
 
@@ -64,20 +72,24 @@ class LlamaAttention(nn.Module):
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = (
             args.num_heads, args.num_kv_heads, args.head_dim)
-        self.q_proj = nn.Linear(args.hidden_size, args.num_heads * args.head_dim, bias=False)
-        self.k_proj = nn.Linear(args.hidden_size, args.num_kv_heads * args.head_dim, bias=False)
-        self.v_proj = nn.Linear(args.hidden_size, args.num_kv_heads * args.head_dim, bias=False)
-        self.o_proj = nn.Linear(args.num_heads * args.head_dim, args.hidden_size, bias=False)
+        q_out, kv_out = args.num_heads * args.head_dim, args.num_kv_heads * args.head_dim
+        self.q_proj = nn.Linear(args.hidden_size, q_out, bias=args.qkv_bias)
+        self.k_proj = nn.Linear(args.hidden_size, kv_out, bias=args.qkv_bias)
+        self.v_proj = nn.Linear(args.hidden_size, kv_out, bias=args.qkv_bias)
+        self.o_proj = nn.Linear(q_out, args.hidden_size, bias=args.o_bias)
+        self.q_norm = RMSNorm(args.head_dim, args.rms_norm_eps) if args.qk_norm else nn.Identity()
+        self.k_norm = RMSNorm(args.head_dim, args.rms_norm_eps) if args.qk_norm else nn.Identity()
         self.scale = args.head_dim ** -0.5
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
                 kv: tuple[torch.Tensor, torch.Tensor], meta: AttentionMetadata) -> torch.Tensor:
         """`rope`: the step's `RotaryEmbedding` tables, shared by all layers."""
         t = x.shape[0]
-        q = apply_rope(self.q_proj(x).view(t, self.num_heads, self.head_dim), rope)
-        k = apply_rope(self.k_proj(x).view(t, self.num_kv_heads, self.head_dim), rope)
+        q = self.q_norm(self.q_proj(x).view(t, self.num_heads, self.head_dim))
+        k = self.k_norm(self.k_proj(x).view(t, self.num_kv_heads, self.head_dim))
         v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
-        out = paged_attention(q, k, v, kv[0], kv[1], meta, self.scale)
+        out = paged_attention(apply_rope(q, rope), apply_rope(k, rope), v, kv[0], kv[1], meta,
+                              self.scale)
         return self.o_proj(out.reshape(t, -1))
 
 

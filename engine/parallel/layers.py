@@ -1,11 +1,13 @@
 """Tensor-parallel shards of a loaded Llama model (`shard_model`).
 
-Column-parallel: q/k/v and gate/up keep this rank's output rows, so each rank computes its
-own heads and its own intermediate slice with no communication. Row-parallel: o_proj and
-down_proj keep this rank's input columns and all-reduce their partial outputs. Vocab-parallel:
-the embedding and the LM head keep this rank's vocab rows (padded to the same count on every
-rank); the embedding all-reduces (each token's row is nonzero on one rank only), the head
-all-gathers its logits, so every rank returns the full vocabulary.
+Column-parallel: q/k/v (with their biases) and gate/up keep this rank's output rows, so each
+rank computes its own heads and its own intermediate slice with no communication; q_norm and
+k_norm (over head_dim, the same for every head) stay whole on every rank. Row-parallel: o_proj
+and down_proj keep this rank's input columns and all-reduce their partial outputs (o_proj's
+bias, whole on every rank, is added once after the sum). Vocab-parallel: the embedding and
+the LM head keep this rank's vocab rows (padded to the same count on every rank); the
+embedding all-reduces (each token's row is nonzero on one rank only), the head all-gathers its
+logits, so every rank returns the full vocabulary.
 """
 
 from __future__ import annotations
@@ -24,23 +26,29 @@ def _frozen(tensor: torch.Tensor) -> nn.Parameter:
 
 
 def _rows(linear: nn.Linear, rows: slice) -> nn.Linear:
-    """A Linear keeping `rows` of `linear`'s outputs (column-parallel)."""
+    """A Linear keeping `rows` of `linear`'s outputs, and of its bias (column-parallel)."""
     weight = linear.weight[rows]
-    out = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device="meta")
+    out = nn.Linear(weight.shape[1], weight.shape[0], bias=linear.bias is not None,
+                    device="meta")
     out.weight = _frozen(weight)
+    if linear.bias is not None:
+        out.bias = _frozen(linear.bias[rows])
     return out
 
 
 class RowParallelLinear(nn.Module):
-    """`linear` keeping input columns `cols`; the partial outputs are summed over ranks."""
+    """`linear` keeping input columns `cols`; the partial outputs are summed over ranks,
+    then its bias (if any) is added."""
 
     def __init__(self, linear: nn.Linear, cols: slice, comm: Communicator) -> None:
         super().__init__()
         self.weight = _frozen(linear.weight[:, cols])
+        self.bias = None if linear.bias is None else _frozen(linear.bias)
         self.comm = comm
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.comm.all_reduce(F.linear(x, self.weight))
+        out = self.comm.all_reduce(F.linear(x, self.weight))
+        return out if self.bias is None else out.add_(self.bias)
 
 
 def _vocab_shard(weight: torch.Tensor, layout: ShardLayout) -> torch.Tensor:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tiny_llama import build_tiny_llama
+from tiny_llama import GreedyReference, build_tiny_llama
 from engine import LLM
 from test_parity import make_prompts, params, reference
 
@@ -15,12 +15,12 @@ KV_HEADS = {"kv2": 2, "kv4": 4, "kv1-replicated": 1}
 
 @pytest.fixture(scope="module", params=list(KV_HEADS))
 def tp_model(request, tmp_path_factory):
-    """(model_dir, transformers model): 4 query heads, the parameter's KV heads; the kv2
-    model is untied, the others tied."""
+    """(model_dir, transformers' greedy answers): 4 query heads, the parameter's KV heads; the
+    kv2 model is untied, the others tied."""
     path = tmp_path_factory.mktemp(f"tp-{request.param}")
     model = build_tiny_llama(path, tie_word_embeddings=request.param != "kv2",
                              num_key_value_heads=KV_HEADS[request.param])
-    return str(path), model
+    return str(path), GreedyReference(model)
 
 
 def generate_tp2(model_dir, prompts, **overrides):
@@ -35,16 +35,16 @@ def generate_tp2(model_dir, prompts, **overrides):
 
 
 def test_batch_of_eight(tp_model):
-    model_dir, model = tp_model
+    model_dir, greedy = tp_model
     prompts = make_prompts()
     _, got = generate_tp2(model_dir, prompts, num_kv_blocks=80)
-    assert got == reference(model, prompts)
+    assert got == reference(greedy, prompts)
 
 
 @pytest.fixture(scope="module")
 def kv2_model(tmp_path_factory):
     path = tmp_path_factory.mktemp("tp-modes")
-    return str(path), build_tiny_llama(path, tie_word_embeddings=False)
+    return str(path), GreedyReference(build_tiny_llama(path, tie_word_embeddings=False))
 
 
 @pytest.mark.parametrize("mode, overrides", [
@@ -53,10 +53,10 @@ def kv2_model(tmp_path_factory):
     ("multistep", dict(num_kv_blocks=80, multistep=4)),
 ])
 def test_engine_modes(kv2_model, mode, overrides):
-    model_dir, model = kv2_model
+    model_dir, greedy = kv2_model
     prompts = make_prompts()
     llm, got = generate_tp2(model_dir, prompts, **overrides)
-    assert got == reference(model, prompts)
+    assert got == reference(greedy, prompts)
     if mode == "swap preemption":
         scheduler = llm.engine.scheduler
         assert scheduler.num_swap_outs > 0 and scheduler.num_swap_ins == scheduler.num_swap_outs
@@ -64,7 +64,7 @@ def test_engine_modes(kv2_model, mode, overrides):
 
 
 def test_prefix_caching(kv2_model):
-    model_dir, model = kv2_model
+    model_dir, greedy = kv2_model
     prompts = make_prompts(seed=1, shared_prefix=20)
     llm = LLM(model_dir, block_size=8, num_kv_blocks=80, enable_prefix_caching=True,
               tensor_parallel_size=2)
@@ -75,4 +75,4 @@ def test_prefix_caching(kv2_model):
     finally:
         llm.close()
     assert [o.num_cached_tokens for o in rest] == [16] * 7
-    assert [o.token_ids for o in first + rest] == reference(model, prompts)
+    assert [o.token_ids for o in first + rest] == reference(greedy, prompts)

@@ -1,0 +1,93 @@
+"""Qwen2 and Qwen3 (dense) give exactly transformers' greedy tokens, and configs the engine
+cannot run fail before loading, in one line.
+
+test_parity's tests (batching, late arrivals, chunked prefill, prefix caching, preemption by
+recompute and swap, multistep) run here unchanged on each family: they are imported, so pytest
+collects them in this module, where `tiny_llama` and `tiny_llama_greedy` are overridden by the
+families' models. The tiny models have random biases and norm weights (`vector_noise`), RoPE
+theta 1e6; Qwen2 is tied with one KV head, Qwen3 untied with head_dim 24 != hidden / heads.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tiny_llama import TINY_LLAMA, GreedyReference, build_tiny_llama
+from engine import LLM
+from test_parity import (  # noqa: F401  (collected here, on this module's fixtures)
+    make_prompts,
+    params,
+    reference,
+    test_batch_of_eight,
+    test_calls_arriving_while_others_decode,
+    test_chunked_prefill_small_budget,
+    test_multistep_four,
+    test_preemption_under_a_tiny_pool,
+    test_prefix_caching_shared_prefixes,
+)
+from test_tp_parity import generate_tp2
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+FAMILIES = {
+    "qwen2": dict(family="Qwen2", tie_word_embeddings=True, num_key_value_heads=1),
+    "qwen3": dict(family="Qwen3", tie_word_embeddings=False, head_dim=24),
+    "qwen3-attention-bias": dict(family="Qwen3", tie_word_embeddings=True, head_dim=24,
+                                 attention_bias=True),
+}
+
+
+def build_family(path, name: str):
+    """Write the tiny model FAMILIES[name] to `path`; returns the transformers model."""
+    return build_tiny_llama(path, vector_noise=0.3,
+                            rope_parameters=dict(rope_type="default", rope_theta=1e6),
+                            **FAMILIES[name])
+
+
+@pytest.fixture(scope="module", params=["qwen2", "qwen3"])
+def tiny_llama(request, tmp_path_factory):
+    """(model_dir, transformers model) of the parameter's family (test_parity's name)."""
+    path = tmp_path_factory.mktemp(request.param)
+    return str(path), build_family(path, request.param)
+
+
+@pytest.fixture(scope="module")
+def tiny_llama_greedy(tiny_llama):
+    return GreedyReference(tiny_llama[1])
+
+
+@pytest.mark.parametrize("name", ["qwen2", "qwen3-attention-bias"])
+def test_tensor_parallel_two_ranks(tmp_path, name):
+    """TP=2 over gloo: q/k/v biases split with their rows (Qwen2's one KV head replicated),
+    o_proj's bias added once after the all-reduce, q_norm and k_norm whole on each rank."""
+    greedy = GreedyReference(build_family(tmp_path, name))
+    prompts = make_prompts()
+    _, got = generate_tp2(str(tmp_path), prompts, num_kv_blocks=80)
+    assert got == reference(greedy, prompts)
+
+
+def write_config(path, **fields) -> str:
+    """A model directory holding only a tiny `config.json` with `fields`: loading its weights
+    would fail, so an error naming a field comes from reading the config."""
+    (path / "config.json").write_text(json.dumps({**TINY_LLAMA, **fields}))
+    return str(path)
+
+
+@pytest.mark.parametrize("arch", ["MistralForCausalLM", "FalconForCausalLM"])
+def test_unsupported_architecture_names_it_and_the_supported(tmp_path, arch):
+    with pytest.raises(ValueError) as info:
+        LLM(write_config(tmp_path, architectures=[arch]))
+    assert str(info.value) == (
+        f"model: architecture {arch!r} is not supported "
+        "(supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)")
+
+
+@pytest.mark.parametrize("arch", ["Qwen2ForCausalLM", "Qwen3ForCausalLM"])
+def test_sliding_window_attention_is_refused(tmp_path, arch):
+    with pytest.raises(ValueError) as info:
+        LLM(write_config(tmp_path, architectures=[arch], use_sliding_window=True,
+                         sliding_window=16, max_window_layers=0))
+    assert str(info.value) == ("model: use_sliding_window: true is not supported "
+                               "(sliding-window attention is not built yet)")
