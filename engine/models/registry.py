@@ -10,10 +10,12 @@ from types import MappingProxyType
 from typing import Callable, Mapping
 
 from engine.models.llama import LlamaArgs
+from engine.models.mistral import mistral_args
 from engine.models.qwen import qwen2_args, qwen3_args
 
 READERS: Mapping[str, Callable[[dict], LlamaArgs]] = MappingProxyType({
     "LlamaForCausalLM": LlamaArgs.from_hf_config,
+    "MistralForCausalLM": mistral_args,
     "Qwen2ForCausalLM": qwen2_args,
     "Qwen3ForCausalLM": qwen3_args,
 })

@@ -1,11 +1,12 @@
-"""Qwen2 and Qwen3 (dense) give exactly transformers' greedy tokens, and configs the engine
+"""Qwen2, Qwen3 (dense) and Mistral give exactly transformers' greedy tokens, and configs the engine
 cannot run fail before loading, in one line.
 
 test_parity's tests (batching, late arrivals, chunked prefill, prefix caching, preemption by
 recompute and swap, multistep) run here unchanged on each family: they are imported, so pytest
 collects them in this module, where `tiny_llama` and `tiny_llama_greedy` are overridden by the
 families' models. The tiny models have random biases and norm weights (`vector_noise`), RoPE
-theta 1e6; Qwen2 is tied with one KV head, Qwen3 untied with head_dim 24 != hidden / heads.
+theta 1e6; Qwen2 is tied with one KV head, Qwen3 untied with head_dim 24 != hidden / heads,
+Mistral without a sliding window (v0.2 on).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ FAMILIES = {
     "qwen3": dict(family="Qwen3", tie_word_embeddings=False, head_dim=24),
     "qwen3-attention-bias": dict(family="Qwen3", tie_word_embeddings=True, head_dim=24,
                                  attention_bias=True),
+    "mistral": dict(family="Mistral", tie_word_embeddings=False, sliding_window=None),
 }
 
 
@@ -46,7 +48,7 @@ def build_family(path, name: str):
                             **FAMILIES[name])
 
 
-@pytest.fixture(scope="module", params=["qwen2", "qwen3"])
+@pytest.fixture(scope="module", params=["qwen2", "qwen3", "mistral"])
 def tiny_llama(request, tmp_path_factory):
     """(model_dir, transformers model) of the parameter's family (test_parity's name)."""
     path = tmp_path_factory.mktemp(request.param)
@@ -75,13 +77,14 @@ def write_config(path, **fields) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("arch", ["MistralForCausalLM", "FalconForCausalLM"])
+@pytest.mark.parametrize("arch", ["FalconForCausalLM", "GemmaForCausalLM"])
 def test_unsupported_architecture_names_it_and_the_supported(tmp_path, arch):
     with pytest.raises(ValueError) as info:
         LLM(write_config(tmp_path, architectures=[arch]))
     assert str(info.value) == (
         f"model: architecture {arch!r} is not supported "
-        "(supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)")
+        "(supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+        "Qwen3ForCausalLM)")
 
 
 @pytest.mark.parametrize("arch", ["Qwen2ForCausalLM", "Qwen3ForCausalLM"])
@@ -91,3 +94,11 @@ def test_sliding_window_attention_is_refused(tmp_path, arch):
                          sliding_window=16, max_window_layers=0))
     assert str(info.value) == ("model: use_sliding_window: true is not supported "
                                "(sliding-window attention is not built yet)")
+
+
+def test_a_mistral_sliding_window_shorter_than_the_context_is_refused(tmp_path):
+    with pytest.raises(ValueError) as info:
+        LLM(write_config(tmp_path, architectures=["MistralForCausalLM"], sliding_window=16))
+    assert str(info.value) == ("model: sliding_window 16 is not supported (sliding-window "
+                               "attention is not built yet)")
+
