@@ -1,12 +1,23 @@
-"""CallStream: the asyncio end of one streamed call (deltas, then one final item)."""
+"""CallStream: the asyncio end of one streamed call (deltas, then one final item).
+
+Bounded: a client that stops reading leaves its items queued; once `max_unread` of them
+wait, the call is aborted (its blocks freed at once), the queued items are dropped, the cut
+is logged, and a later read raises UnreadStreamError (RESOURCE_EXHAUSTED). One item is one
+engine step's tokens, so the default bound is 1,024 steps without a read.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 from typing import Callable
 
 from engine import CompletionOutput
+from server.errors import UnreadStreamError
+
+log = logging.getLogger(__name__)
+MAX_UNREAD_ITEMS = 1024
 
 
 @dataclass(frozen=True)
@@ -37,19 +48,37 @@ class CallStream:
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop,
-                 on_cancel: Callable[[CallStream], None]) -> None:
+                 on_cancel: Callable[[CallStream], None],
+                 max_unread: int = MAX_UNREAD_ITEMS) -> None:
         self._loop = loop
         self._on_cancel = on_cancel
-        self._items: asyncio.Queue[StreamItem] = asyncio.Queue()
+        self._max_unread = max_unread
+        self._items: asyncio.Queue[StreamItem | None] = asyncio.Queue()
+        self._cut = False  # the client stopped reading: the call was aborted
         self.call_id: str | None = None  # set on the engine thread once the call is added
         self.done = False
 
     def put(self, item: StreamItem) -> None:
         """Hand an item to the asyncio side (any thread; dropped once that loop is closed)."""
         try:
-            self._loop.call_soon_threadsafe(self._items.put_nowait, item)
+            self._loop.call_soon_threadsafe(self._deliver, item)
         except RuntimeError:
             pass
+
+    def _deliver(self, item: StreamItem) -> None:
+        """(On the loop.) Queue `item`, or cut the stream when `max_unread` items wait."""
+        if self._cut:
+            return
+        if self._items.qsize() >= self._max_unread and not self.done:
+            self._cut = True
+            log.warning("call %s: the client read none of its last %d stream items; the call "
+                        "is aborted and its stream cut", self.call_id, self._max_unread)
+            while not self._items.empty():
+                self._items.get_nowait()
+            self._on_cancel(self)
+            self._items.put_nowait(None)  # wakes a reader, which then raises
+            return
+        self._items.put_nowait(item)
 
     def __aiter__(self) -> CallStream:
         return self
@@ -58,6 +87,11 @@ class CallStream:
         if self.done:
             raise StopAsyncIteration
         item = await self._items.get()
+        if item is None:
+            self.done = True
+            raise UnreadStreamError(f"call {self.call_id}: the client read none of its last "
+                                    f"{self._max_unread} stream items, so the call was "
+                                    f"aborted; read a stream as it comes")
         self.done = isinstance(item, StreamFinal)
         return item
 

@@ -32,6 +32,13 @@ class QueueFullError(ServerError):
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
+class UnreadStreamError(ServerError):
+    """The client stopped reading its stream: more than the bound of its items waited unread,
+    so the call was aborted and its stream cut (see `server.call_stream`)."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
 class PermissionDeniedError(ServerError):
     """The caller's tenant does not own the program or call it names."""
 

@@ -28,7 +28,7 @@ from server import calls, convert
 from server.auth import RouterTrust, TokenAuth
 from server.call_stream import StreamDelta
 from server.engine_loop import EngineLoop
-from server.errors import DrainingError, abort_for
+from server.errors import DrainingError, UnreadStreamError, abort_for
 from server.namespace import Namespace, caller_namespace, new_id
 from server.prompts import PromptTokenizer
 from server.wire import SHUTDOWN
@@ -140,6 +140,8 @@ class AgentixServicer:
                 if item.completion.finish_reason == SHUTDOWN:
                     await context.abort(grpc.StatusCode.UNAVAILABLE,
                                         "the server is shutting down: this call was cut; retry it")
+        except UnreadStreamError as exc:  # the client stopped reading (server.call_stream)
+            await abort_for(context, exc)
         finally:
             stream.cancel()  # the client went away before the final item: abort the call
 

@@ -86,6 +86,16 @@ def collect(responses) -> tuple[list[int], str, pb.Final]:
     return ids, text, final
 
 
+def victim_rate(stub, tokens: int = 150, skip: int = 20, max_tokens: int = 240) -> float:
+    """Tokens/s of one long greedy stream (ignore_eos), over `tokens` of its messages after
+    the first `skip`: a count, not a time window, so a slow machine measures as many."""
+    stream = stub.Generate(gen_request([1, 9, 10], max_tokens=max_tokens, ignore_eos=True))
+    stamps = [time.perf_counter() for _ in zip(range(max_tokens), stream)]
+    assert len(stamps) >= skip + tokens, "the victim's stream ended early"
+    window = stamps[skip:skip + tokens]
+    return (len(window) - 1) / (window[-1] - window[0])
+
+
 def live_ttft_slos(server, program_id: str) -> list[float | None]:
     """The first-token deadlines (CallRecord.ttft_slo) of `program_id`'s live calls on
     `server`'s engine, in arrival order; [] when the engine has no such program."""

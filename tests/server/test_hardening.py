@@ -16,7 +16,7 @@ import time
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_helpers import collect, gen_request, rpc_error, start, wait_idle
+from grpc_helpers import collect, gen_request, rpc_error, start, victim_rate, wait_idle
 
 from server import agentix_pb2 as pb
 from server import agentix_pb2_grpc
@@ -49,14 +49,6 @@ def assert_serving(server, stub, expected: list[int]) -> None:
     wait_idle(server)
 
 
-def victim_rate(stub, seconds: float) -> float:
-    """Tokens/s of one long greedy stream, measured over its middle `seconds`."""
-    stream = stub.Generate(gen_request([1, 9, 10], max_tokens=240, ignore_eos=True))
-    stamps = [time.perf_counter() for _ in zip(range(240), stream)]
-    window = [t for t in stamps if stamps[0] + 0.1 <= t <= stamps[0] + 0.1 + seconds]
-    return (len(window) - 1) / (window[-1] - window[0])
-
-
 def attack(target, workers: int = 2) -> tuple[threading.Event, list[threading.Thread]]:
     stop = threading.Event()
     threads = [threading.Thread(target=lambda: [target() for _ in iter(stop.is_set, True)])
@@ -83,10 +75,10 @@ def test_huge_prompts_are_refused_by_size_and_never_stall_a_victim(server, stub,
 
     alone, loaded = [], []
     for _ in range(3):  # interleaved, so machine noise falls on both alike
-        alone.append(victim_rate(stub, 0.4))
+        alone.append(victim_rate(stub))
         stop, threads = attack(huge)
         try:
-            loaded.append(victim_rate(stub, 0.4))
+            loaded.append(victim_rate(stub))
         finally:
             stop.set()
             for thread in threads:

@@ -12,7 +12,7 @@ import time
 
 import grpc
 import pytest
-from grpc_helpers import collect, gen_request, rpc_error, start, wait_idle
+from grpc_helpers import collect, gen_request, rpc_error, start, victim_rate, wait_idle
 
 from engine.sampling_params import MAX_STOP_STRING_CHARS, MAX_STOP_STRINGS
 from server import agentix_pb2_grpc
@@ -20,7 +20,6 @@ from server import agentix_pb2_grpc
 GREEDY = gen_request([1, 5, 6, 7], max_tokens=8, ignore_eos=True)
 ATTACK_PROMPT = [1, 20, 21]
 ATTACK_TOKENS = 200
-VICTIM_TOKENS = 240
 
 
 @pytest.fixture(scope="module")
@@ -59,15 +58,6 @@ def largest_stops(text: str) -> list[str]:
     return stops
 
 
-def victim_rate(stub, seconds: float) -> float:
-    """Tokens/s of one long greedy stream without stop strings, over its middle `seconds`."""
-    stream = stub.Generate(gen_request([1, 9, 10], max_tokens=VICTIM_TOKENS, ignore_eos=True))
-    stamps = [time.perf_counter() for _ in zip(range(VICTIM_TOKENS), stream)]
-    window = [t for t in stamps if stamps[0] + 0.1 <= t <= stamps[0] + 0.1 + seconds]
-    assert len(window) > 50, "too few tokens measured for a rate"
-    return (len(window) - 1) / (window[-1] - window[0])
-
-
 def test_the_largest_allowed_stop_lists_never_stall_a_victim(server, stub, attack_text):
     stops = largest_stops(attack_text)
     errors: list[BaseException] = []
@@ -87,14 +77,14 @@ def test_the_largest_allowed_stop_lists_never_stall_a_victim(server, stub, attac
 
     alone, loaded = [], []
     for _ in range(3):  # interleaved, so machine noise falls on both alike
-        alone.append(victim_rate(stub, 0.5))
+        alone.append(victim_rate(stub))
         stop = threading.Event()
         threads = [threading.Thread(target=attacker, args=(stop,)) for _ in range(3)]
         for thread in threads:
             thread.start()
         try:
             time.sleep(0.2)  # the attackers' calls are running
-            loaded.append(victim_rate(stub, 0.5))
+            loaded.append(victim_rate(stub))
         finally:
             stop.set()
             for thread in threads:
