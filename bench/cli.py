@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from bench.baselines import BASELINES
 from bench.cost_model import GPU_PRESETS, MODEL_PRESETS
 from bench.metrics import compute_metrics, metrics_by_workload
-from server.config_flags import parse_cutoff, parse_override, positive_float
+from server.config_flags import name_list, parse_cutoff, parse_override, positive_float
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -158,12 +158,7 @@ def _sim(args: argparse.Namespace) -> None:
 
 
 def _policy_list(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in BASELINES]
-    if not names or unknown:
-        raise argparse.ArgumentTypeError(
-            f"policies must be a comma-separated list of {sorted(BASELINES)}, got {text!r}")
-    return list(dict.fromkeys(names))
+    return name_list(text, BASELINES, "policies")
 
 
 def _rate_list(text: str) -> list[float]:
@@ -459,12 +454,7 @@ def _add_steady_arguments(parser: argparse.ArgumentParser) -> None:
 def _knob_list(text: str) -> list[str]:
     from bench.sensitivity import KNOBS
 
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in KNOBS]
-    if not names or unknown:
-        raise argparse.ArgumentTypeError(f"knobs must be a comma-separated list of "
-                                         f"{sorted(KNOBS)}, got {text!r}")
-    return names
+    return name_list(text, KNOBS, "knobs")
 
 
 def _sensitivity(args: argparse.Namespace) -> None:

@@ -8,7 +8,7 @@ import argparse
 import ast
 import types
 import typing
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 
 def positive_float(text: str) -> float:
@@ -74,3 +74,15 @@ def _fits(value: Any, kind: type) -> bool:
     if kind is float:
         return type(value) in (int, float)
     return type(value) is kind
+
+
+def name_list(text: str, allowed: Iterable[str], what: str) -> list[str]:
+    """A comma-separated list of names out of `allowed` (in order, each once);
+    ArgumentTypeError naming `what` and the allowed names otherwise."""
+    allowed = sorted(allowed)
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names or any(n not in allowed for n in names):
+        raise argparse.ArgumentTypeError(f"{what} must be a comma-separated list of {allowed}, "
+                                         f"got {text!r}")
+    return list(dict.fromkeys(names))
+

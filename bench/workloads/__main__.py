@@ -11,6 +11,7 @@ from typing import Any
 
 from bench.trace import Trace
 from bench.workloads import bfcl, coding, lats, mixed, sharegpt
+from server.config_flags import name_list
 
 PAPER = {"sharegpt": (6.66, 256, 277), "bfcl": (10.75, 735, 34), "lats": (159.7, 467, 73), "mixed": None,
          "coding": None}
@@ -58,12 +59,7 @@ def coding_rows(trace: Trace, sessions: tuple[coding.SessionStats, ...]) -> list
 
 
 def _workload_list(text: str) -> list[str]:
-    names = [w.strip() for w in text.split(",") if w.strip()]
-    bad = [w for w in names if w not in WORKLOADS]
-    if bad or not names:
-        raise argparse.ArgumentTypeError(f"workloads must be a comma-separated subset of {','.join(WORKLOADS)}, "
-                                         f"got {text!r}")
-    return list(dict.fromkeys(names))
+    return name_list(text, WORKLOADS, "workloads")
 
 
 def main(argv: list[str] | None = None) -> None:
