@@ -35,10 +35,11 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from bench.baselines import engine_config_for
-from bench.metrics import Metrics, compute_metrics
+from bench.metrics import Metrics, compute_metrics, percentile
 from bench.simulate import ProgramResult, PromptMaker
 from bench.trace import Trace, TraceCall, TraceProgram
 from bench.workloads.bfcl import TOOL_DELAY_S
+from server.client import Completion
 
 DEFAULT_POLICIES = ("optimized", "atlas-lru", "atlas")
 
@@ -68,10 +69,12 @@ def server_config(model_dir: str | Path, policy: str, **fields: Any):
                                   **engine_config_for(policy, {"dtype": "float32", **fields}))
 
 
-async def drive(address: str, trace: Trace, vocab: int) -> tuple[list[ProgramResult], int]:
-    """Play `trace` against the server at `address` in real time. Returns one result per
-    program, with times in seconds since the start of the run, and the prefill tokens the
-    server computed (prompt tokens less cached tokens, summed over every call)."""
+async def drive(address: str, trace: Trace, vocab: int
+                ) -> tuple[list[ProgramResult], int, list[float]]:
+    """Play `trace` against the server at `address` in real time, streaming every call.
+    Returns one result per program, with times in seconds since the start of the run, the
+    prefill tokens the server computed (prompt tokens less cached tokens, summed over every
+    call), and each call's time to first token (from sending it to its first delta)."""
     from server.client import AsyncAgentixClient
 
     prompts = PromptMaker(vocab)
@@ -79,7 +82,8 @@ async def drive(address: str, trace: Trace, vocab: int) -> tuple[list[ProgramRes
         start = asyncio.get_running_loop().time()
         runs = await asyncio.gather(*(_run_program(client, prompts, index, program, start)
                                       for index, program in enumerate(trace.programs)))
-    return [result for result, _ in runs], sum(prefill for _, prefill in runs)
+    return ([result for result, _, _ in runs], sum(prefill for _, prefill, _ in runs),
+            [ttft for _, _, ttfts in runs for ttft in ttfts])
 
 
 async def _sleep_until(start: float, t: float) -> None:
@@ -89,30 +93,36 @@ async def _sleep_until(start: float, t: float) -> None:
 
 
 async def _run_program(client: Any, prompts: PromptMaker, index: int, program: TraceProgram,
-                       start: float) -> tuple[ProgramResult, int]:
-    """The program's result and its calls' prefill tokens computed."""
+                       start: float) -> tuple[ProgramResult, int, list[float]]:
+    """The program's result, its calls' prefill tokens computed and their times to first
+    token."""
     loop = asyncio.get_running_loop()
     await _sleep_until(start, program.arrival)
-    calls: dict[str, asyncio.Task[tuple[float, int, int]]] = {}
+    calls: dict[str, asyncio.Task[tuple[float, int, int, float]]] = {}
 
-    async def run_call(prog: Any, call: TraceCall) -> tuple[float, int, int]:
+    async def run_call(prog: Any, call: TraceCall) -> tuple[float, int, int, float]:
         ready = max([(await calls[p])[0] for p in call.parents], default=program.arrival)
         await _sleep_until(start, ready + call.delay)
-        completion = await prog.generate(prompts.prompt(index, call, program),
-                                         call_id=f"{program.program_id}/{call.call_id}",
-                                         max_tokens=call.output_len, ignore_eos=True)
+        sent, first = loop.time(), None
+        async for item in prog.stream(prompts.prompt(index, call, program),
+                                      call_id=f"{program.program_id}/{call.call_id}",
+                                      max_tokens=call.output_len, ignore_eos=True):
+            if isinstance(item, Completion):
+                completion = item
+            elif first is None and item.token_ids:
+                first = loop.time()
         usage = completion.usage
         return (loop.time() - start, len(completion.token_ids),
-                usage.prompt_tokens - usage.cached_tokens)
+                usage.prompt_tokens - usage.cached_tokens, (first or loop.time()) - sent)
 
     async with client.program(program_id=program.program_id) as prog:
         for call in program.calls:  # topological order: parents' tasks exist already
             calls[call.call_id] = asyncio.create_task(run_call(prog, call))
         done = await asyncio.gather(*calls.values())
     result = ProgramResult(program.program_id, program.workload, program.arrival,
-                           max(t for t, _, _ in done), sum(n for _, n, _ in done),
+                           max(t for t, _, _, _ in done), sum(n for _, n, _, _ in done),
                            len(program.calls))
-    return result, sum(prefill for _, _, prefill in done)
+    return result, sum(prefill for _, _, prefill, _ in done), [ttft for *_, ttft in done]
 
 
 def run_policy(trace: Trace, policy: str, model_dir: str | Path,
@@ -128,11 +138,12 @@ def run_policy(trace: Trace, policy: str, model_dir: str | Path,
     try:
         free_at_start, vocab = running.engine_loop.call(
             lambda e: (e.kv.num_free_blocks, e.vocab_size))
-        results, prefill = asyncio.run(drive(running.address, trace, vocab))
+        results, prefill, ttfts = asyncio.run(drive(running.address, trace, vocab))
         state = _wait_idle(running, free_at_start)
     finally:
         running.stop()
     return results, {**state, "prefill_tokens_computed": prefill,
+                     "ttft_p50_s": percentile(ttfts, 50), "ttft_p99_s": percentile(ttfts, 99),
                      "wall_seconds": time.perf_counter() - started}
 
 
@@ -204,6 +215,7 @@ def main(argv: list[str] | None = None) -> None:
         metrics = compute_metrics(results)
         figures[policy] = {**metrics.to_dict(), **server}
         print(format_metrics(policy, metrics, server["prefill_tokens_computed"])
+              + f"; TTFT P50 {server['ttft_p50_s']:.2f} s, P99 {server['ttft_p99_s']:.2f} s"
               + f"  ({server['wall_seconds']:.0f} s, {server['num_preemptions']} preemptions)",
               flush=True)
     reference = args.policies[0]

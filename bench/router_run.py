@@ -53,7 +53,7 @@ def run_placement(trace, placement: str, cutoff: int, model_dir: str, fields: di
                   threads: int, vocab: int) -> dict[str, Any]:
     process, address = serve(model_dir, placement, cutoff, fields, threads)
     try:
-        results, prefill = asyncio.run(drive(address, trace, vocab))
+        results, prefill, _ = asyncio.run(drive(address, trace, vocab))
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(60)

@@ -43,6 +43,8 @@ def test_grpc_run_completes_every_program_and_stops_the_server(tiny_llama_dir, p
     # Prompts less cached full blocks of 8 (each program's calls share its token stream):
     # chain 12 + (20 - 8); fan 9 + (11 - 8) + 7 + 5; single 30.
     assert server["prefill_tokens_computed"] == 24 + 24 + 30
+    # Every call streamed a first token after it was sent, within the run.
+    assert 0 < server["ttft_p50_s"] <= server["ttft_p99_s"] < server["wall_seconds"]
     assert server_threads() == []  # stopped: engine and gRPC threads joined
 
 
