@@ -181,7 +181,7 @@ class KVCacheManager:
         device index. Returns the (host_block, device_block) copies, or None, changing nothing,
         if the device is short of blocks of rank <= `max_rank`."""
         state = self._calls[call_id]
-        first, size = len(state.device), self.block_size
+        first = len(state.device)
         host = self._cached_run(self.host_pool.lookup, state, token_ids, first,
                                 first + num_blocks)
         if len(host) < num_blocks:
@@ -189,13 +189,7 @@ class KVCacheManager:
                              f"is not on host")
         if self.pool.num_evictable(max_rank) < num_blocks:
             return None
-        for block in host:  # claimed first, so the allocation's offloads cannot evict them
-            self.host_pool.take(block)
-        device = self.pool.allocate(num_blocks, max_rank, self._offload)
-        for i, d in enumerate(device, start=first):  # type: ignore[arg-type]
-            self.pool.register(d, state.hashes[i], token_ids[i * size:(i + 1) * size])
-        self._host_in_flight.extend(host)
-        self._fetched.extend(device)  # type: ignore[arg-type]
+        device = self._copy_back(state, token_ids, host, first, max_rank)
         state.device = state.device + device
         state.num_registered = len(state.device)
         self.num_fetched_blocks += num_blocks
@@ -217,17 +211,25 @@ class KVCacheManager:
         host = host[:self.pool.num_evictable(max_rank)]
         if not host:
             return []
+        device = self._copy_back(state, token_ids, host, first, max_rank)
+        self.pool.free(device, owner, rank)
+        self.num_prefetched_blocks += len(host)
+        return list(zip(host, device))
+
+    def _copy_back(self, state: _CallBlocks, token_ids: Sequence[int], host: list[int],
+                   first: int, max_rank: float) -> list[int]:
+        """Take the host-cached `host` blocks (full blocks `first`, `first + 1`, ... of
+        `token_ids`) onto fresh device blocks registered in the device index, for this step's
+        copies (the caller checked that blocks of rank <= `max_rank` suffice)."""
         for block in host:  # claimed first, so the allocation's offloads cannot evict them
             self.host_pool.take(block)
         device = self.pool.allocate(len(host), max_rank, self._offload)
         size = self.block_size
         for i, d in enumerate(device, start=first):  # type: ignore[arg-type]
             self.pool.register(d, state.hashes[i], token_ids[i * size:(i + 1) * size])
-        self.pool.free(device, owner, rank)  # type: ignore[arg-type]
         self._host_in_flight.extend(host)
         self._fetched.extend(device)  # type: ignore[arg-type]
-        self.num_prefetched_blocks += len(host)
-        return list(zip(host, device))  # type: ignore[arg-type]
+        return device  # type: ignore[return-value]
 
     def allocate(self, call_id: Hashable, num_tokens: int,
                  max_rank: float = float("inf")) -> bool:
