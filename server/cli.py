@@ -17,7 +17,7 @@ from scheduler.policies import POLICIES
 from server.cli_checks import (PLACEMENT_NAMES, UsageError, replicas_setup,
                                router_setup, serve_setup)
 from server.config_flags import parse_cutoff, parse_override, positive_float
-from server.limits import DEFAULT_MAX_PROMPT_BYTES
+from server.limits import DEFAULT_DNS_REFRESH_SECONDS, DEFAULT_MAX_PROMPT_BYTES
 from server.tool_parsers import TOOL_PARSERS
 
 # engine/config.py's DTYPES and engine-only defaults, repeated because `import engine` imports
@@ -279,8 +279,15 @@ def _add_placement_flags(parser: argparse.ArgumentParser, prefix: str = "") -> N
 def _add_router_parser(sub) -> None:
     router = sub.add_parser("router", formatter_class=_HelpFormatter,
                             help="route agentix.v1.Agentix over running replicas (same API)")
-    router.add_argument("--replica", action="append", required=True, metavar="HOST:PORT",
+    router.add_argument("--replica", action="append", default=[], metavar="HOST:PORT",
                         help="a replica's gRPC address (repeatable; index = order given)")
+    router.add_argument("--replicas-dns", action="append", default=[], metavar="NAME:PORT",
+                        help="route to every address NAME resolves to (e.g. a Kubernetes "
+                             "headless Service), re-resolved every --dns-refresh seconds: "
+                             "new replicas join, vanished ones drain (repeatable)")
+    router.add_argument("--dns-refresh", type=positive_float,
+                        default=DEFAULT_DNS_REFRESH_SECONDS,
+                        metavar="S", help="seconds between two resolutions of --replicas-dns")
     _add_placement_flags(router)
     router.add_argument("--host", default="127.0.0.1", help="the address the router listens on")
     router.add_argument("--port", type=int, default=50051, help="gRPC port (0: a free one)")

@@ -90,6 +90,9 @@ def _check_address(address: str) -> None:
 
 def router_setup(args: argparse.Namespace) -> RouterOptions:
     """The options of `agentix router` (UsageError naming a bad argument)."""
+    if not args.replica and not args.replicas_dns:
+        raise UsageError("router: give the replicas: --replica HOST:PORT or --replicas-dns "
+                         "NAME:PORT (each repeatable)")
     for address in args.replica:
         _check_address(address)
     if args.model is not None:
@@ -103,7 +106,8 @@ def router_setup(args: argparse.Namespace) -> RouterOptions:
 
     try:
         options = RouterOptions(
-            replicas=tuple(args.replica), placement=args.placement, cutoff=args.cutoff,
+            replicas=tuple(args.replica), replicas_dns=tuple(args.replicas_dns),
+            dns_refresh_seconds=args.dns_refresh, placement=args.placement, cutoff=args.cutoff,
             host=args.host, port=args.port, model=args.model, auth_tokens=tokens,
             router_token=router_token, grace=args.grace, max_prompt_bytes=args.max_prompt_bytes,
             scheduler=SchedulerConfig(program_ttl=args.program_ttl))

@@ -1,3 +1,4 @@
 """Default bounds on what one request may carry (torch-free, for the command line)."""
 
 DEFAULT_MAX_PROMPT_BYTES = 1 << 20  # 1 MiB of text: far past any context this engine serves
+DEFAULT_DNS_REFRESH_SECONDS = 5.0  # how often a router re-resolves its --replicas-dns names

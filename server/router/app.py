@@ -33,9 +33,10 @@ from scheduler.placement.base import Placement
 from server.app import HANDLER_GRACE, HEALTH_SERVICE_NAME, MESSAGE_OVERHEAD_BYTES, format_address
 from server.auth import RouterTrust, TokenAuth
 from server.handlers import add_service
-from server.limits import DEFAULT_MAX_PROMPT_BYTES
+from server.limits import DEFAULT_DNS_REFRESH_SECONDS, DEFAULT_MAX_PROMPT_BYTES
 from server.reflection import enable_reflection
 from server.router.core import Router
+from server.router.discovery import Discovery, Resolver, parse_dns_name, resolve_dns
 from server.router.programs import RouterPrograms
 from server.router.prompts import RouterPrompts
 from server.router.service import RouterServicer
@@ -49,7 +50,9 @@ EXPIRY_SECONDS = 1.0
 
 @dataclass(frozen=True)
 class RouterOptions:
-    """A router's replicas (HOST:PORT, in index order), placement policy (a registered name,
+    """A router's replicas (HOST:PORT, in index order) and/or `replicas_dns` names (NAME:PORT,
+    re-resolved every `dns_refresh_seconds` by `resolver`: server.router.discovery),
+    placement policy (a registered name,
     see scheduler.placement, with its `cutoff`; or a Placement object), where it listens,
     `model` (a model directory whose tokenizer sizes text prompts; None: estimated),
     `auth_tokens` (token -> tenant: the same file as the replicas'), `router_token` (sent to
@@ -59,6 +62,9 @@ class RouterOptions:
     the replicas' policy from ModelInfo)."""
 
     replicas: tuple[str, ...]
+    replicas_dns: tuple[str, ...] = ()
+    dns_refresh_seconds: float = DEFAULT_DNS_REFRESH_SECONDS
+    resolver: Resolver = field(default=resolve_dns, compare=False, repr=False)
     placement: str | Placement = field(default="agentix", compare=False)
     cutoff: int | str = DEFAULT_CUTOFF
     host: str = "127.0.0.1"
@@ -74,6 +80,12 @@ class RouterOptions:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "replicas", tuple(self.replicas))  # checked at start
+        object.__setattr__(self, "replicas_dns", tuple(self.replicas_dns))
+        for name in self.replicas_dns:
+            parse_dns_name(name)
+        if not self.dns_refresh_seconds > 0:
+            raise ValueError(f"dns_refresh_seconds: must be positive, got "
+                             f"{self.dns_refresh_seconds}")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port: must be in [0, 65535], got {self.port}")
         if self.grace < 0:
@@ -113,7 +125,7 @@ class RunningRouter:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="agentix-router",
                                         daemon=True)
-        self._tasks: list[asyncio.Task] = []  # the replica pollers
+        self._tasks: list[asyncio.Task] = []  # DNS discovery
         self._watch_task: asyncio.Task | None = None
         self._server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
@@ -145,20 +157,26 @@ class RunningRouter:
         options = self.options
         self.router = Router(options.replicas, self.placement,
                              RouterPrograms(options.scheduler), options.auth_tokens,
-                             options.router_token, options.poll_seconds)
+                             options.router_token, options.poll_seconds,
+                             discovered=bool(options.replicas_dns))
         self.servicer = RouterServicer(
             self.router, self.prompts,
             TokenAuth(options.auth_tokens) if options.auth_tokens is not None else None,
             RouterTrust(options.router_token) if options.router_token is not None else None)
-        for replica in self.router.replicas:
-            self._tasks.append(asyncio.ensure_future(replica.watch()))
+        self.router.start()
+        if options.replicas_dns:
+            discovery = Discovery(self.router, options.replicas_dns, options.resolver,
+                                  options.dns_refresh_seconds)
+            await discovery.refresh()
+            self._tasks.append(asyncio.ensure_future(discovery.run()))
         deadline = time.monotonic() + options.ready_timeout
         while self.router.model_info() is None:
             if should_stop is not None and should_stop():
                 raise InterruptedError("router: stopped before a replica answered")
             if time.monotonic() > deadline:
+                named = ", ".join(options.replicas + options.replicas_dns)
                 raise TimeoutError(f"router: no replica answered within "
-                                   f"{options.ready_timeout:g} s ({', '.join(options.replicas)})")
+                                   f"{options.ready_timeout:g} s ({named})")
             await asyncio.sleep(0.05)
         max_message = 2 * options.max_prompt_bytes + MESSAGE_OVERHEAD_BYTES
         server = grpc.aio.server(options=[("grpc.so_reuseport", 0),

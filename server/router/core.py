@@ -30,6 +30,7 @@ from server.router.replica import Attempt, Replica
 
 log = logging.getLogger(__name__)
 START_TIMEOUT = 10.0  # seconds for a replica to answer StartProgram / EndProgram
+MAX_REPLICAS = 256  # addresses a router routes to at once (discovery ignores the rest)
 
 
 class NoReplicaError(Exception):
@@ -49,13 +50,18 @@ class RoutedCall:
 
 class Router:
     """See the module docstring. `tokens` (token -> tenant) is the auth token file, None
-    with auth off; `router_token` is sent to the replicas with every forwarded call."""
+    with auth off; `router_token` is sent to the replicas with every forwarded call.
+    `discovered`: the replica set comes from `set_addresses` (DNS discovery), so it may
+    start empty.
+
+    A replica's index is its slot in `replicas`, which never shrinks: a retired replica's
+    slot is taken by the next new address once its channel is closed."""
 
     def __init__(self, addresses: Sequence[str], placement: Placement,
                  programs: RouterPrograms, tokens: dict[str, str] | None = None,
                  router_token: str | None = None, poll_seconds: float = 0.5,
-                 clock=time.monotonic) -> None:
-        if not addresses:
+                 clock=time.monotonic, discovered: bool = False) -> None:
+        if not addresses and not discovered:
             raise ValueError("replicas: at least one replica address is needed")
         self.placement = placement
         self.programs = programs
@@ -64,9 +70,9 @@ class Router:
         self._tenant_tokens: dict[str, str] = {}
         for token, tenant in (tokens or {}).items():
             self._tenant_tokens.setdefault(tenant, token)
-        own = (("authorization", f"Bearer {next(iter(tokens))}"),) if tokens else ()
-        self.replicas = [Replica(i, address, own, poll_seconds, self._lost, self._back)
-                         for i, address in enumerate(addresses)]
+        self._own = (("authorization", f"Bearer {next(iter(tokens))}"),) if tokens else ()
+        self._poll_seconds = poll_seconds
+        self.replicas = [self._replica(i, address) for i, address in enumerate(addresses)]
         self.calls: dict[str, RoutedCall] = {}  # inner call id -> in flight
         # Failover counters: calls retried transparently (nothing streamed yet), and calls
         # cut mid-stream (UNAVAILABLE to the client).
@@ -93,6 +99,51 @@ class Router:
         return metadata
 
     # ----- replicas ---------------------------------------------------------------------
+    def _replica(self, index: int, address: str) -> Replica:
+        return Replica(index, address, self._own, self._poll_seconds, self._lost, self._back)
+
+    def start(self) -> None:
+        """Start polling every replica (on the router's loop)."""
+        for replica in self.replicas:
+            if not replica.retired:
+                replica.start()
+
+    async def set_addresses(self, addresses: Sequence[str]) -> None:
+        """Make the replica set exactly `addresses` (the first MAX_REPLICAS, in order):
+        replicas no longer named retire (no new call; calls in flight go on), retired ones
+        with no call left are closed, named ones not in the set join: a retired replica of
+        the same address rejoins, else a new one takes the first closed slot or a new
+        index. Joining replicas take calls from their first SERVING answer."""
+        wanted = list(dict.fromkeys(addresses))
+        if len(wanted) > MAX_REPLICAS:
+            log.warning("discovery: %d replicas, routing to the first %d", len(wanted),
+                        MAX_REPLICAS)
+            wanted = wanted[:MAX_REPLICAS]
+        for replica in self.replicas:
+            if not replica.retired and replica.address not in wanted:
+                log.info("replica %d (%s) left the replica set", replica.index,
+                         replica.address)
+                replica.retire()
+        for replica in self.replicas:
+            if replica.retired and not replica.closed and not replica.attempts \
+                    and replica.address not in wanted:
+                await replica.close()
+        present = {r.address: r for r in self.replicas if not r.closed}
+        for address in wanted:
+            replica = present.get(address)
+            if replica is not None:
+                if replica.retired:
+                    replica.rejoin()
+                continue
+            free = next((r.index for r in self.replicas if r.closed), len(self.replicas))
+            replica = self._replica(free, address)
+            if free == len(self.replicas):
+                self.replicas.append(replica)
+            else:
+                self.replicas[free] = replica
+            log.info("replica %d (%s) joined the replica set", free, address)
+            replica.start()
+
     def healthy(self) -> list[Replica]:
         return [r for r in self.replicas if r.healthy]
 
@@ -228,4 +279,5 @@ class Router:
     # ----- lifecycle --------------------------------------------------------------------
     async def close(self) -> None:
         for replica in self.replicas:
-            await replica.close()
+            if not replica.closed:
+                await replica.close()

@@ -11,6 +11,10 @@ MAX_TIMEOUTS checks in a row time out. It is healthy again at its next SERVING a
 each healthy -> not healthy transition `on_lost(index)` is called; when unreachable, every
 call in flight on it is cut (`Attempt.lost` set, its gRPC call cancelled), so the router
 retries or fails it at once instead of waiting for TCP to notice.
+
+A replica found by DNS discovery (`server.router.discovery`) that leaves the name is
+`retire`d: it stops being polled and is never healthy again, so it takes no new call, while
+its calls in flight go on (a pod being drained still answers them); `rejoin` undoes that.
 """
 
 from __future__ import annotations
@@ -67,8 +71,11 @@ class Replica:
     model_info: pb.ModelInfoResponse | None = None
     sent_tokens: int = 0  # tokens forwarded since the last EngineStats
     attempts: set[Attempt] = field(default_factory=set)
+    retired: bool = False  # left the replica set: polled no more, never healthy
+    closed: bool = False  # its channel is closed (retired, no call left in flight)
     _wake: asyncio.Event | None = None
     _timeouts: int = 0
+    _watcher: asyncio.Task | None = None
 
     def __post_init__(self) -> None:
         self.channel = grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
@@ -102,6 +109,27 @@ class Replica:
     def done(self, attempt: Attempt) -> None:
         self.attempts.discard(attempt)
         attempt.call.cancel()  # a no-op once the stream ended; else the replica aborts it
+
+    # ----- membership -------------------------------------------------------------------
+    def start(self) -> None:
+        """Start polling (`watch`) on the running loop (once; again after `retire`)."""
+        if self._watcher is None:
+            self._watcher = asyncio.ensure_future(self.watch())
+
+    def retire(self) -> None:
+        """Leave the replica set: stop polling and count as not healthy from now on (its
+        placement pins move: `on_lost`); calls in flight on it go on."""
+        self.retired = True
+        if self._watcher is not None:
+            self._watcher.cancel()
+            self._watcher = None
+        self._set_healthy(False, reachable=True)
+
+    def rejoin(self) -> None:
+        """Back in the replica set (a retired, not yet closed replica): polled again, healthy
+        from its next SERVING answer."""
+        self.retired = False
+        self.start()
 
     # ----- health -----------------------------------------------------------------------
     def suspect(self) -> None:
@@ -152,6 +180,7 @@ class Replica:
         return self.healthy
 
     def _set_healthy(self, serving: bool, reachable: bool) -> None:
+        serving = serving and not self.retired
         if not reachable:
             for attempt in list(self.attempts):  # its calls in flight are gone with it
                 attempt.lost = True
@@ -171,4 +200,10 @@ class Replica:
             self.on_lost(self.index)
 
     async def close(self) -> None:
+        """Stop polling and close the channel (its calls in flight end with it)."""
+        if self._watcher is not None:
+            self._watcher.cancel()
+            await asyncio.gather(self._watcher, return_exceptions=True)
+            self._watcher = None
         await self.channel.close()
+        self.closed = True
