@@ -167,6 +167,12 @@ MODEL_PRESETS: dict[str, ModelPreset] = {
         ModelPreset("llama-3.1-8b", 32, 4096, 32, 8, 128, 14336, 128256, 8.03e9, 1, 2),
         ModelPreset("llama-3.1-70b", 80, 8192, 64, 8, 128, 28672, 128256, 70.6e9, 4, 2),
         ModelPreset("falcon-180b", 80, 14848, 232, 8, 64, 59392, 65024, 179.5e9, 8, 2, 1),
+        # The families agents run (their Hugging Face config.json shapes); the large ones
+        # split over the fewest A100-80GB that leave room for KV.
+        ModelPreset("qwen2.5-7b", 28, 3584, 28, 4, 128, 18944, 152064, 7.62e9, 1, 2),
+        ModelPreset("qwen2.5-72b", 80, 8192, 64, 8, 128, 29568, 152064, 72.7e9, 4, 2),
+        ModelPreset("qwen3-8b", 36, 4096, 32, 8, 128, 12288, 151936, 8.19e9, 1, 2),
+        ModelPreset("qwen3-32b", 64, 5120, 64, 8, 128, 25600, 151936, 32.8e9, 2, 2),
     )
 }
 

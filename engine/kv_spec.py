@@ -8,11 +8,11 @@ from dataclasses import replace
 import torch
 
 from engine.config import EngineConfig
-from engine.models.llama import LlamaArgs
+from engine.models.args import ModelArgs
 from kvcache.kv_tensor import KVCacheSpec
 
 
-def kv_cache_spec(args: LlamaArgs, config: EngineConfig) -> KVCacheSpec:
+def kv_cache_spec(args: ModelArgs, config: EngineConfig) -> KVCacheSpec:
     """The KV cache of a model of `args` under `config`, on each tensor-parallel rank (all
     alike): the rank's KV heads (`args.num_kv_heads / tensor_parallel_size`, at least one: a
     head replicated), and `config.num_kv_blocks` blocks, or as many as

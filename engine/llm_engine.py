@@ -85,9 +85,9 @@ class LLMEngine:
         self.executor: Executor = executor or self.runner
         self.kv_spec = self.runner.kv_spec if self.runner else kv_cache_spec(model.args, config)
         self.kv = KVCacheManager(self.kv_spec.num_blocks, config.block_size,
-                                 config.num_host_blocks, config.enable_prefix_caching)
-        # A call must fit the whole pool on its own, or it could never finish.
-        self.max_model_len = min(self.max_model_len, self.kv.pool.num_usable * config.block_size)
+                                 config.num_host_blocks, config.enable_prefix_caching,
+                                 attention_window=model.args.max_window)
+        self.max_model_len = min(self.max_model_len, self._longest_call_fitting(model))
         self.scheduler = Scheduler(
             replace(config.scheduler, bytes_per_block=self.kv_spec.bytes_per_block), self.kv,
             make_policy(config.policy))
@@ -95,6 +95,17 @@ class LLMEngine:
         self._arrivals = itertools.count()
         self._ended: list[StepOutput] = []
         self.counters = EngineCounters()
+
+    def _longest_call_fitting(self, model: ModelInfo) -> int:
+        """The longest call the pool can finish alone: the whole pool, or any length when
+        every layer has a sliding window and the pool holds a window plus a step's tokens
+        (the blocks before the window are dropped as the call runs)."""
+        pool_tokens = self.kv.pool.num_usable * self.config.block_size
+        held_at_most = (model.args.max_window + self.config.scheduler.max_num_batched_tokens
+                        + 2 * self.config.block_size)  # a partial block at each end
+        if model.args.max_window and held_at_most <= pool_tokens:
+            return model.args.max_position_embeddings
+        return pool_tokens
 
     # ----- programs ---------------------------------------------------------------------
     def start_program(self, program_id: str | None = None, tenant: str | None = None,

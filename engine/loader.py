@@ -6,13 +6,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 from safetensors.torch import load_file
+from torch import nn
 
+from engine.models.args import ModelArgs
 from engine.models.layers import RotaryEmbedding
-from engine.models.llama import LlamaArgs, LlamaForCausalLM
-from engine.models.registry import model_args
+from engine.models.registry import architecture
 from engine.tokenizer import Tokenizer, load_tokenizer
 
 
@@ -22,23 +24,26 @@ class ModelInfo:
     tokenizer. Without a tokenizer, prompts and outputs are token ids only: text and chat
     prompts and stop strings are refused (ValueError), and outputs carry no text."""
 
-    args: LlamaArgs
+    args: ModelArgs
     eos_token_ids: tuple[int, ...]
     tokenizer: Tokenizer | None = None
 
     @classmethod
     def from_hf_config(cls, cfg: dict, tokenizer: Tokenizer | None = None) -> ModelInfo:
         """From a Hugging Face `config.json` dict (no directory: an injected executor)."""
-        return cls(model_args(cfg), _token_ids(cfg.get("eos_token_id")), tokenizer)
+        return cls(architecture(cfg).read_args(cfg), _token_ids(cfg.get("eos_token_id")),
+                   tokenizer)
 
 
 @dataclass(frozen=True)
 class ModelFiles:
-    """What a model directory holds: the parsed config, the EOS ids and the directory."""
+    """What a model directory holds: the parsed config, the model's args and class (its
+    `engine.models.registry.Architecture`), the EOS ids and the directory."""
 
     path: Path
     hf_config: dict
-    args: LlamaArgs
+    args: ModelArgs
+    model_class: Callable[[ModelArgs, int], nn.Module]
     eos_token_ids: tuple[int, ...]
 
 
@@ -52,7 +57,8 @@ def read_model_dir(model_dir: str | Path) -> ModelFiles:
     gen_file = path / "generation_config.json"
     if gen_file.is_file():
         eos = json.loads(gen_file.read_text()).get("eos_token_id", eos)
-    return ModelFiles(path, cfg, model_args(cfg), _token_ids(eos))
+    arch = architecture(cfg)
+    return ModelFiles(path, cfg, arch.read_args(cfg), arch.model_class, _token_ids(eos))
 
 
 def read_model_info(files: ModelFiles) -> ModelInfo:
@@ -66,26 +72,50 @@ def _token_ids(value: int | list[int] | None) -> tuple[int, ...]:
 
 
 def load_model(files: ModelFiles, max_positions: int, dtype: torch.dtype,
-               device: torch.device) -> LlamaForCausalLM:
-    """Build the model on `device` and load every safetensors shard into it (strict)."""
+               device: torch.device) -> nn.Module:
+    """Build `files.model_class` on `device` and load every safetensors shard into it
+    (strict). Parameters the model ties in its constructor (a tied LM head) stay tied and
+    need not be in the checkpoint."""
     with torch.device("meta"):
-        model = LlamaForCausalLM(files.args, max_positions)
+        model = files.model_class(files.args, max_positions)
+    tied = _tied_parameters(model)
     model = model.to_empty(device=device)
-    # Buffers are not in the checkpoint: rebuild the RoPE tables for real on `device`.
-    model.model.rotary = RotaryEmbedding(files.args.head_dim, max_positions,
-                                         files.args.rope_theta, files.args.rope_scaling).to(device)
+    _rebuild_rotary(model, files.args, max_positions, device)
     state: dict[str, torch.Tensor] = {}
     for shard in sorted(files.path.glob("*.safetensors")):
         state.update(load_file(str(shard)))
     if not state:
         raise ValueError(f"model: no *.safetensors files in {files.path}")
-    if files.args.tie_word_embeddings:
-        state.pop("lm_head.weight", None)
+    for alias in tied:
+        state.pop(alias, None)
     missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [m for m in missing if not (files.args.tie_word_embeddings and m == "lm_head.weight")]
+    missing = [m for m in missing if m not in tied]
     if missing or unexpected:
         raise ValueError(f"model: weights do not match (missing {missing[:4]}, "
                          f"unexpected {unexpected[:4]})")
-    if files.args.tie_word_embeddings:
-        model.lm_head.weight = model.model.embed_tokens.weight
+    for alias, owner in tied.items():
+        module, _, name = alias.rpartition(".")
+        setattr(model.get_submodule(module), name, model.get_parameter(owner))
     return model.to(dtype).eval()
+
+
+def _tied_parameters(model: nn.Module) -> dict[str, str]:
+    """Each parameter name that aliases an earlier-registered one -> that one's name
+    (`to_empty` unties them)."""
+    first: dict[int, str] = {}
+    tied = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        owner = first.setdefault(id(param), name)
+        if owner != name:
+            tied[name] = owner
+    return tied
+
+
+def _rebuild_rotary(model: nn.Module, args: ModelArgs, max_positions: int,
+                    device: torch.device) -> None:
+    """Buffers are not in the checkpoint: rebuild every RoPE table for real on `device`."""
+    for path, module in list(model.named_modules()):
+        if isinstance(module, RotaryEmbedding):
+            parent, _, name = path.rpartition(".")
+            setattr(model.get_submodule(parent), name, RotaryEmbedding(
+                args.head_dim, max_positions, args.rope_theta, args.rope_scaling).to(device))

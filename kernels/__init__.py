@@ -9,13 +9,15 @@ Contracts (details in each module's docstring):
   [tokens, kv_heads, head_dim] into the paged caches [blocks, block_size, kv_heads, head_dim] at
   int64 slots (block_id * block_size + offset); slot < 0 = padding, skipped.
 - `paged_decode_attention(query, k_cache, v_cache, block_tables, context_lens, scale,
-  step_cache=None) -> out`:
+  step_cache=None, window=0) -> out`:
   query [batch, q_heads, head_dim] (each sequence's last token), int32 block_tables
   [batch, max_blocks] and context_lens [batch] (0 = padding row, zero output); out like query.
 - `paged_prefill_attention(query, k_cache, v_cache, block_tables, query_start_loc, context_lens,
-  scale) -> out`: query [total_tokens, q_heads, head_dim] = concatenated chunks, int32
+  scale, window=0) -> out`: query [total_tokens, q_heads, head_dim] = concatenated chunks, int32
   query_start_loc [batch + 1]; each chunk is the last q_len tokens of its context and attends
   causally to the whole cached context; out like query.
+- `window` > 0 (both attentions): sliding-window attention, a query at position p attends
+  keys p - window < k <= p only.
 - `gather_blocks(src, block_ids, dst) -> None`: dst[i] = src[block_ids[i]].
 - `scatter_blocks(src, block_ids, dst) -> None`: dst[block_ids[i]] = src[i].
 
@@ -59,24 +61,35 @@ def store_kvcache(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
 
 def paged_decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            block_tables: torch.Tensor, context_lens: torch.Tensor,
-                           scale: float, step_cache: dict | None = None) -> torch.Tensor:
-    """Attention of each sequence's last token over its paged context; returns [batch, q_heads,
-    head_dim] in query's dtype (zeros for context_len 0). `step_cache`: a dict shared by one
-    step's layers, where the reference keeps what does not change between them."""
+                           scale: float, step_cache: dict | None = None,
+                           window: int = 0) -> torch.Tensor:
+    """Attention of each sequence's last token over its paged context (its last `window` keys
+    when `window` > 0); returns [batch, q_heads, head_dim] in query's dtype (zeros for
+    context_len 0). `step_cache`: a dict shared by one step's layers, where the reference
+    keeps what does not change between them."""
+    _check_window(window)
     args = (query, k_cache, v_cache, block_tables, context_lens)
     if _on_cuda(*args):
-        return decode_attention.paged_decode_attention(*args, scale)
-    return decode_attention.paged_decode_attention_ref(*args, scale, step_cache)
+        return decode_attention.paged_decode_attention(*args, scale, window)
+    return decode_attention.paged_decode_attention_ref(*args, scale, step_cache, window)
 
 
 def paged_prefill_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                             block_tables: torch.Tensor, query_start_loc: torch.Tensor,
-                            context_lens: torch.Tensor, scale: float) -> torch.Tensor:
-    """Causal attention of prefill chunks over their cached prefix; returns a tensor like query."""
+                            context_lens: torch.Tensor, scale: float,
+                            window: int = 0) -> torch.Tensor:
+    """Causal attention of prefill chunks over their cached prefix (within `window` keys of
+    each query when > 0); returns a tensor like query."""
+    _check_window(window)
     args = (query, k_cache, v_cache, block_tables, query_start_loc, context_lens)
     if _on_cuda(*args):
-        return prefill_attention.paged_prefill_attention(*args, scale)
-    return prefill_attention.paged_prefill_attention_ref(*args, scale)
+        return prefill_attention.paged_prefill_attention(*args, scale, window)
+    return prefill_attention.paged_prefill_attention_ref(*args, scale, window)
+
+
+def _check_window(window: int) -> None:
+    if not isinstance(window, int) or window < 0:
+        raise ValueError(f"window must be an int >= 0 (0: no window), got {window!r}")
 
 
 def gather_blocks(src: torch.Tensor, block_ids: torch.Tensor, dst: torch.Tensor) -> None:

@@ -38,18 +38,22 @@ def num_splits(max_blocks: int) -> int:
 
 
 @triton.jit
-def _split_keys(split, split_len, context_len):
+def _split_keys(split, split_len, context_len, window):
     """Key positions `[start, end)` of `split` (scalar or tensor) in a context of `context_len`
-    keys; empty when start >= end. The one split rule both kernels use."""
+    keys, of which only the last `window` are attended (0: all); empty when start >= end. The
+    one split rule both kernels use."""
     start = split * split_len
-    return start, tl.minimum(start + split_len, context_len)
+    end = tl.minimum(start + split_len, context_len)
+    if window > 0:
+        start = tl.maximum(start, context_len - window)
+    return start, end
 
 
 @triton.jit
 def _paged_decode_kernel(
     q_ptr, k_ptr, v_ptr, block_tables_ptr, context_lens_ptr, out_ptr,
     m_ptr, l_ptr, acc_ptr,
-    qk_scale, split_len,
+    qk_scale, split_len, window,
     stride_qb, stride_qh, stride_qd,
     stride_kb, stride_kt, stride_kh, stride_kd,
     stride_vb, stride_vt, stride_vh, stride_vd,
@@ -66,7 +70,7 @@ def _paged_decode_kernel(
     kv_head = tl.program_id(1).to(tl.int64)
     split = tl.program_id(2)
     context_len = tl.load(context_lens_ptr + seq).to(tl.int32)
-    key_start, key_end = _split_keys(split, split_len, context_len)
+    key_start, key_end = _split_keys(split, split_len, context_len, window)
 
     offs_g = tl.arange(0, GROUP_PAD)
     offs_n = tl.arange(0, BLOCK_N)
@@ -113,7 +117,7 @@ def _paged_decode_kernel(
 @triton.jit
 def _combine_splits_kernel(
     m_ptr, l_ptr, acc_ptr, context_lens_ptr, out_ptr,
-    split_len, splits,
+    split_len, splits, window,
     stride_ob, stride_oh, stride_od,
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, MAX_SPLITS: tl.constexpr,
 ):
@@ -125,7 +129,7 @@ def _combine_splits_kernel(
     offs_s = tl.arange(0, MAX_SPLITS)
     offs_d = tl.arange(0, HEAD_DIM_PAD)
     d_mask = offs_d < HEAD_DIM
-    key_start, key_end = _split_keys(offs_s, split_len, context_len)
+    key_start, key_end = _split_keys(offs_s, split_len, context_len, window)
     s_mask = (offs_s < splits) & (key_start < key_end)
     rows = (seq * tl.num_programs(1) + head) * splits + offs_s
     m = tl.load(m_ptr + rows, mask=s_mask, other=float("-inf"))
@@ -142,7 +146,7 @@ def _combine_splits_kernel(
 
 def launch_paged_decode(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                         block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float,
-                        group: int, out: torch.Tensor) -> None:
+                        group: int, out: torch.Tensor, window: int = 0) -> None:
     """Launch grid `(batch, num_kv_heads, num_splits(block_tables.shape[1]))`, then, with more
     than one split, the combine kernel; writes `out`. Arguments already validated.
 
@@ -166,7 +170,7 @@ def launch_paged_decode(query: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
         m = l_s = acc = out  # not touched without SPLIT
     _paged_decode_kernel[(batch, num_kv_heads, splits)](
         query, k_cache, v_cache, block_tables, context_lens, out, m, l_s, acc,
-        float(scale) * _LOG2E, split_len,
+        float(scale) * _LOG2E, split_len, window,
         *query.stride(), *k_cache.stride(), *v_cache.stride(), *block_tables.stride(),
         *out.stride(),
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
@@ -175,6 +179,6 @@ def launch_paged_decode(query: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     )
     if splits > 1:
         _combine_splits_kernel[(batch, num_q_heads)](
-            m, l_s, acc, context_lens, out, split_len, splits, *out.stride(),
+            m, l_s, acc, context_lens, out, split_len, splits, window, *out.stride(),
             HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, MAX_SPLITS=MAX_SPLITS,
         )

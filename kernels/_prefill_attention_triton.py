@@ -17,7 +17,7 @@ _BLOCK_N = 32  # keys per inner iteration (independent of the cache block size)
 @triton.jit
 def _paged_prefill_kernel(
     q_ptr, k_ptr, v_ptr, block_tables_ptr, query_start_loc_ptr, context_lens_ptr, out_ptr,
-    qk_scale,
+    qk_scale, window,
     stride_qt, stride_qh, stride_qd,
     stride_kb, stride_kt, stride_kh, stride_kd,
     stride_vb, stride_vt, stride_vh, stride_vd,
@@ -60,7 +60,10 @@ def _paged_prefill_kernel(
     # Keys past the last valid query of this tile are never needed; an empty tile loops 0 times.
     kv_end = tl.minimum(context_len, prefix_len + (tile + 1) * BLOCK_M)
     kv_end = tl.where(tile * BLOCK_M < q_len, kv_end, 0)
-    for start in range(0, kv_end, BLOCK_N):
+    kv_start = 0
+    if window > 0:  # keys before the tile's first query's window are never needed
+        kv_start = tl.maximum(prefix_len + tile * BLOCK_M - window + 1, 0)
+    for start in range(kv_start, kv_end, BLOCK_N):
         k_pos = start + offs_n
         n_mask = k_pos < kv_end
         k, v = load_kv_tile(k_ptr, v_ptr, block_tables_ptr, seq, kv_head, k_pos, n_mask, offs_d,
@@ -68,6 +71,8 @@ def _paged_prefill_kernel(
                             stride_kd, stride_vb, stride_vt, stride_vh, stride_vd, block_size)
         s = qk_dot(q_dot, k, NATIVE_DOT) * qk_scale
         causal = (k_pos[None, :] <= q_pos[:, None]) & n_mask[None, :]
+        if window > 0:
+            causal = causal & (k_pos[None, :] > q_pos[:, None] - window)
         s = tl.where(causal, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # fully masked row so far
@@ -86,8 +91,9 @@ def _paged_prefill_kernel(
 def launch_paged_prefill(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                          block_tables: torch.Tensor, query_start_loc: torch.Tensor,
                          context_lens: torch.Tensor, scale: float, group: int,
-                         out: torch.Tensor) -> None:
-    """Launch one program per (sequence, q head, BLOCK_M chunk queries), writing `out`.
+                         out: torch.Tensor, window: int = 0) -> None:
+    """Launch one program per (sequence, q head, BLOCK_M chunk queries), writing `out`;
+    `window` > 0 lets a query at position p attend keys p - window < k <= p only.
 
     The tile count per sequence is cdiv(total_query_tokens, BLOCK_M), an upper bound known on
     the host (no device sync); tiles past a sequence's chunk do nothing.
@@ -96,7 +102,7 @@ def launch_paged_prefill(query: torch.Tensor, k_cache: torch.Tensor, v_cache: to
     grid = (context_lens.shape[0], num_q_heads, triton.cdiv(total, _BLOCK_M))
     _paged_prefill_kernel[grid](
         query, k_cache, v_cache, block_tables, query_start_loc, context_lens, out,
-        float(scale) * _LOG2E,
+        float(scale) * _LOG2E, window,
         *query.stride(), *k_cache.stride(), *v_cache.stride(), *block_tables.stride(),
         *out.stride(),
         k_cache.shape[1],

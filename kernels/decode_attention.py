@@ -9,6 +9,8 @@ Contract (both implementations):
     context_lens: int32 [batch], cached tokens per sequence including the current one; 0 marks a
                   padding row, whose output is zeros
     scale:        softmax scale (usually head_dim ** -0.5)
+    window:       attend only each sequence's last `window` keys (sliding-window attention;
+                  0: all of them); blocks wholly before the window are never read
 Query head h reads kv head h // (num_q_heads // num_kv_heads). Softmax in fp32.
 Returns a new tensor shaped and typed like `query`.
 """
@@ -16,7 +18,7 @@ Returns a new tensor shaped and typed like `query`.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -47,7 +49,8 @@ class DecodeIndex:
     only): `n` blocks in all over `num_segs` (row, query head) segments; `cols`, the flat cache
     rows of every segment's slots; `crow`, the CSR row offsets; `seg_blocks`, blocks per
     segment; `repeat`, each block's segment; `last` and `past`, each non-empty segment's last
-    block and its slots past the context (masked)."""
+    block and its slots past the context (masked); with a window, `first` and `before`, each
+    non-empty segment's first block and its slots before the window (masked)."""
 
     n: int
     num_segs: int
@@ -57,12 +60,17 @@ class DecodeIndex:
     repeat: torch.Tensor
     last: torch.Tensor
     past: torch.Tensor
+    first: torch.Tensor | None = None
+    before: torch.Tensor | None = None
 
 
 def decode_index(k_cache: torch.Tensor, tables: torch.Tensor, lens: torch.Tensor,
-                 num_q_heads: int, group: int) -> DecodeIndex:
-    """The `DecodeIndex` of long `tables` and `lens` over caches laid out like `k_cache`."""
+                 num_q_heads: int, group: int, window: int = 0) -> DecodeIndex:
+    """The `DecodeIndex` of long `tables` and `lens` over caches laid out like `k_cache`;
+    `window` > 0 keeps each row's last `window` keys only."""
     block_size = k_cache.shape[1]
+    if window > 0:
+        return _window_index(k_cache, tables, lens, num_q_heads, group, window)
     row_blocks = (lens + block_size - 1) // block_size
     num_segs, n = lens.shape[0] * num_q_heads, int(row_blocks.sum()) * num_q_heads
     rows = _flat_rows(k_cache).shape[0]
@@ -80,17 +88,37 @@ def decode_index(k_cache: torch.Tensor, tables: torch.Tensor, lens: torch.Tensor
     return DecodeIndex(n, num_segs, cols, crow, seg_blocks, repeat, last, past)
 
 
+def _window_index(k_cache: torch.Tensor, tables: torch.Tensor, lens: torch.Tensor,
+                  num_q_heads: int, group: int, window: int) -> DecodeIndex:
+    """`decode_index` over each row's blocks from the one holding its first key in the window:
+    the tables shifted left past the blocks wholly before it, the lengths cut to match, and
+    the first block's slots before the window masked."""
+    block_size = k_cache.shape[1]
+    first_key = (lens - window).clamp_(min=0)
+    skip = first_key // block_size
+    width = tables.shape[1]
+    columns = (torch.arange(width, device=tables.device) + skip[:, None]).clamp_(max=width - 1)
+    index = decode_index(k_cache, tables.gather(1, columns), lens - skip * block_size,
+                         num_q_heads, group)
+    nonempty = index.seg_blocks > 0
+    first = (torch.cumsum(index.seg_blocks, 0) - index.seg_blocks)[nonempty]
+    lead = (first_key - skip * block_size).repeat_interleave(num_q_heads)[nonempty]
+    before = torch.arange(block_size, device=lens.device) < lead[:, None]
+    return replace(index, first=first, before=before)
+
+
 def paged_decode_attention_ref(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                                block_tables: torch.Tensor, context_lens: torch.Tensor,
-                               scale: float, step_cache: dict | None = None) -> torch.Tensor:
+                               scale: float, step_cache: dict | None = None,
+                               window: int = 0) -> torch.Tensor:
     """Torch reference of `paged_decode_attention` (the CPU hot path), reading K/V in place.
 
     Every (row, query head) is one CSR row over the slots of its row's blocks, as rows of a
     flat `[slots, head_dim]` view of the cache storage: one `sampled_addmm` gives all q.k scores
     at those slots, the softmax runs per (row, head) segment, and one weighted `embedding_bag`
     sums V. Nothing is gathered or padded. Whole blocks are read and the slots past a context
-    masked, so they must hold finite values (the engine's cache starts zeroed and only finite
-    K/V are written). Caches other than float32 with head_dim-aligned strides shared by K and V
+    masked (and, with a window, the first block's slots before it), so they must hold finite
+    values (the engine's cache starts zeroed and only finite K/V are written). Caches other than float32 with head_dim-aligned strides shared by K and V
     are first copied, the rows' blocks only, into compact float32 caches.
 
     `step_cache`: a dict that lives for one step, shared by its layers (the same block tables
@@ -105,16 +133,16 @@ def paged_decode_attention_ref(query: torch.Tensor, k_cache: torch.Tensor, v_cac
         return torch.zeros_like(query)
     tables = block_tables.to(device=query.device, dtype=torch.long)
     if _readable_in_place(k_cache, v_cache):
-        key = ("decode_index", k_cache.shape, k_cache.stride(), num_q_heads)
+        key = ("decode_index", k_cache.shape, k_cache.stride(), num_q_heads, window)
         index = step_cache.get(key) if step_cache is not None else None
         if index is None:
-            index = decode_index(k_cache, tables, lens, num_q_heads, group)
+            index = decode_index(k_cache, tables, lens, num_q_heads, group, window)
             if step_cache is not None:
                 step_cache[key] = index
     else:
         row_blocks = (lens + block_size - 1) // block_size
         k_cache, v_cache, tables = _compact(k_cache, v_cache, tables, row_blocks)
-        index = decode_index(k_cache, tables, lens, num_q_heads, group)
+        index = decode_index(k_cache, tables, lens, num_q_heads, group, window)
     keys, values = _flat_rows(k_cache), _flat_rows(v_cache)
     scores = torch.zeros(index.n * block_size, device=query.device, dtype=torch.float32)
     pattern = torch.sparse_csr_tensor(index.crow, index.cols, scores,
@@ -144,8 +172,11 @@ def _slot_rows(cache: torch.Tensor, tables: torch.Tensor, row_blocks: torch.Tens
 
 def _segment_softmax_(scores: torch.Tensor, index: DecodeIndex) -> torch.Tensor:
     """Unnormalized softmax in place over each segment of `scores` `[blocks, block_size]`
-    (the slots past each context masked); returns each segment's sum (0 for an empty one)."""
+    (the slots past each context, and before its window, masked); returns each segment's sum
+    (0 for an empty one)."""
     scores[index.last] = scores[index.last].masked_fill(index.past, float("-inf"))
+    if index.first is not None:
+        scores[index.first] = scores[index.first].masked_fill(index.before, float("-inf"))
     peak = torch.segment_reduce(scores.amax(-1), "max", lengths=index.seg_blocks)
     scores.sub_(peak[index.repeat][:, None]).exp_()
     return torch.segment_reduce(scores.sum(-1), "sum", lengths=index.seg_blocks)
@@ -179,7 +210,7 @@ def _compact(k_cache: torch.Tensor, v_cache: torch.Tensor, tables: torch.Tensor,
 
 def paged_decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            block_tables: torch.Tensor, context_lens: torch.Tensor,
-                           scale: float) -> torch.Tensor:
+                           scale: float, window: int = 0) -> torch.Tensor:
     """Triton `paged_decode_attention` (contract in the module docstring).
 
     Requires block_size to be a power of two (the kernel tiles the context by blocks). Tensors
@@ -195,5 +226,6 @@ def paged_decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: 
         return out
     from kernels._decode_attention_triton import launch_paged_decode  # imports triton
 
-    launch_paged_decode(query, k_cache, v_cache, block_tables, context_lens, scale, group, out)
+    launch_paged_decode(query, k_cache, v_cache, block_tables, context_lens, scale, group, out,
+                        window)
     return out

@@ -21,6 +21,12 @@ class _CallBlocks:
     swapped: bool = False
     hashes: list[int] = field(default_factory=list)  # chain hashes of its first full blocks
     num_registered: int = 0  # leading device blocks already offered to the prefix index
+    num_dropped: int = 0  # leading blocks released past the attention window (null in `device`)
+
+    @property
+    def held(self) -> list[int]:
+        """The device blocks it holds a ref on (its table less the dropped ones)."""
+        return self.device[self.num_dropped:]
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,14 @@ class KVCacheManager:
     of being dropped, and `fetch_prefix` copies such blocks back for a later hit (`prefetch`:
     before any call asks for them). A hash is cached on at most one tier at a time.
 
+    Sliding-window attention (`attention_window` > 0: every layer sees only that many latest
+    keys): `drop_outside_window` releases a call's leading blocks that no later token of it
+    can see and puts the null block in their place in its table (the kernels never read
+    blocks wholly before a window). Dropped blocks go to the prefix cache like freed ones
+    (ownerless, rank 0: evicted first) and stay findable until evicted; since a prefix hit
+    needs every block from the first, a later call sharing the history hits only while they
+    last, and recomputes from the first evicted one. A dropped block is never swapped out.
+
     Nothing here touches tensors: `swap_out`, `swap_in`, `fetch_prefix` and `take_offloads`
     return the copies the executor must make in the same step, before anything else writes
     those blocks (device-to-host copies first). Host blocks read by this step's copies, and
@@ -63,6 +77,7 @@ class KVCacheManager:
         block_size: int,
         num_host_blocks: int = 0,
         enable_prefix_caching: bool = False,
+        attention_window: int = 0,
     ) -> None:
         if num_blocks < 2:
             raise ValueError(f"num_blocks must be >= 2 (block 0 is null), got {num_blocks}")
@@ -70,7 +85,10 @@ class KVCacheManager:
             raise ValueError(f"block_size must be positive, got {block_size}")
         if num_host_blocks < 0:
             raise ValueError(f"num_host_blocks must be >= 0, got {num_host_blocks}")
+        if attention_window < 0:
+            raise ValueError(f"attention_window must be >= 0, got {attention_window}")
         self.block_size = block_size
+        self.attention_window = attention_window
         self.enable_prefix_caching = enable_prefix_caching
         self.offload_min_rank: float | None = None
         self.pool = BlockPool(num_blocks, reserve_null_block=True)
@@ -117,7 +135,8 @@ class KVCacheManager:
         """Blocks of the call's device table registered in the prefix index (those a free
         leaves findable)."""
         state = self._calls.get(call_id)
-        return min(state.num_registered, len(state.device)) if state else 0
+        return max(0, min(state.num_registered, len(state.device)) - state.num_dropped) \
+            if state else 0
 
     def num_kept_blocks_of(self, owner: Hashable) -> int:
         """Device blocks that frees left cached under `owner` and nothing has evicted or
@@ -278,7 +297,7 @@ class KVCacheManager:
             )
         hashes = self._chain_hashes(state, token_ids, num_full)
         size, on_host = self.block_size, self.host_pool.num_cached > 0
-        for i in range(state.num_registered, num_full):
+        for i in range(max(state.num_registered, state.num_dropped), num_full):
             tokens = token_ids[i * size:(i + 1) * size]
             self.pool.register(state.device[i], hashes[i], tokens)
             if on_host:
@@ -294,8 +313,26 @@ class KVCacheManager:
         state = self._calls.pop(call_id, None)
         if state is None:
             return
-        self.pool.free(state.device, owner, rank)
+        self.pool.free(state.held, owner, rank)
         self.host_pool.free(state.host)
+
+    def drop_outside_window(self, call_id: Hashable, first_position: int) -> int:
+        """Release the call's leading device blocks that lie wholly before the attention
+        window of its token at `first_position` (the first it will compute), putting the null
+        block in their place. Returns how many it released (0 without a window, for an unknown
+        or swapped call, or when none is newly out of the window)."""
+        state = self._calls.get(call_id)
+        if not self.attention_window or state is None or state.swapped:
+            return 0
+        end = min(max(0, first_position - self.attention_window + 1) // self.block_size,
+                  len(state.device))
+        if end <= state.num_dropped:
+            return 0
+        released = state.device[state.num_dropped:end]
+        self.pool.free(released)
+        state.device = [self.pool.null_block] * end + state.device[end:]
+        state.num_dropped = end
+        return len(released)
 
     def set_rank(self, owner: Hashable, rank: float) -> None:
         """Re-rank the cached free blocks of `owner` on both tiers."""
@@ -312,14 +349,14 @@ class KVCacheManager:
         (device_block, host_block) copies to make before any device block is written again.
         """
         states = self._states(call_ids, swapped=False)
-        device = [block for state in states for block in state.device]
+        device = [block for state in states for block in state.held]
         host = self.host_pool.allocate(len(device))
         if host is None:
             return None
         start = 0
         for state in states:
-            end = start + len(state.device)
-            self.pool.free(state.device, owner, rank)
+            end = start + len(state.held)
+            self.pool.free(state.held, owner, rank)
             state.host, state.device = host[start:end], []
             state.swapped, state.num_registered = True, 0
             start = end
@@ -342,7 +379,8 @@ class KVCacheManager:
         for state in states:
             end = start + len(state.host)
             self._host_in_flight.extend(state.host)
-            state.device, state.host = device[start:end], []
+            state.device = [self.pool.null_block] * state.num_dropped + device[start:end]
+            state.host = []
             state.swapped = False
             start = end
         return list(zip(host, device))
@@ -411,10 +449,16 @@ class KVCacheManager:
                     f"block table of {call_id!r}: holds both device and host blocks "
                     f"(swapped={state.swapped})"
                 )
-            if len(set(state.device)) != len(state.device):
-                dup = min(b for b, n in Counter(state.device).items() if n > 1)
+            held = state.held
+            if any(b != self.pool.null_block for b in state.device[:state.num_dropped]) or \
+                    self.pool.null_block in held:
+                raise KVCacheIntegrityError(
+                    f"block table of {call_id!r}: the null block must stand for exactly its "
+                    f"{state.num_dropped} dropped leading blocks")
+            if len(set(held)) != len(held):
+                dup = min(b for b, n in Counter(held).items() if n > 1)
                 raise KVCacheIntegrityError(f"block {dup}: twice in the table of {call_id!r}")
-            device_refs.update(state.device)
+            device_refs.update(held)
             host_used.extend(state.host)
         self.pool.check_integrity(device_refs)
         self.host_pool.check_integrity(host_used)

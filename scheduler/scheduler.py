@@ -376,6 +376,7 @@ class Scheduler:
         """Give a running call its next chunk (the hot path: once per running call)."""
         call_id, start, num_tokens = call.call_id, call.num_computed_tokens, call.num_tokens
         n = min(num_tokens - start, rnd.budget)
+        self.kv.drop_outside_window(call_id, start)  # sliding-window models only
         while not self.kv.allocate(call_id, start + n):
             victim_id = self.running.lowest(skip=rnd.scheduled)
             victim = call if victim_id is None else self.calls[victim_id]

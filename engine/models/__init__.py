@@ -1,2 +1,2 @@
-"""The decoder (Llama; Qwen2/Qwen3 as its flags; Mistral without a sliding window), its
-layers, the architecture registry, and the offline SmolLM2 conversion."""
+"""The decoders (Llama; Qwen2/Qwen3 and Mistral as its flags; Falcon), their layers, the
+architecture registry, and the offline SmolLM2 conversion."""

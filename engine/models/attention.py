@@ -36,23 +36,25 @@ class AttentionMetadata:
 
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                     k_cache: torch.Tensor, v_cache: torch.Tensor,
-                    meta: AttentionMetadata, scale: float) -> torch.Tensor:
-    """q `[T, Hq, D]`, k/v `[T, Hkv, D]` -> `[T, Hq, D]`; writes k/v into the cache views."""
+                    meta: AttentionMetadata, scale: float, window: int = 0) -> torch.Tensor:
+    """q `[T, Hq, D]`, k/v `[T, Hkv, D]` -> `[T, Hq, D]`; writes k/v into the cache views.
+    `window` > 0: sliding-window attention (a token at position p sees keys p - window < k
+    <= p only)."""
     kernels.store_kvcache(k, v, k_cache, v_cache, meta.slot_mapping)
     nd = meta.num_decode_tokens
     if nd == q.shape[0]:
         return kernels.paged_decode_attention(
             q, k_cache, v_cache, meta.decode_block_tables, meta.decode_context_lens, scale,
-            meta.step_cache)
+            meta.step_cache, window)
     if nd == 0:
         return kernels.paged_prefill_attention(
             q, k_cache, v_cache, meta.prefill_block_tables, meta.prefill_query_start_loc,
-            meta.prefill_context_lens, scale)
+            meta.prefill_context_lens, scale, window)
     out = torch.empty_like(q)
     out[:nd] = kernels.paged_decode_attention(
         q[:nd], k_cache, v_cache, meta.decode_block_tables, meta.decode_context_lens, scale,
-        meta.step_cache)
+        meta.step_cache, window)
     out[nd:] = kernels.paged_prefill_attention(
         q[nd:], k_cache, v_cache, meta.prefill_block_tables, meta.prefill_query_start_loc,
-        meta.prefill_context_lens, scale)
+        meta.prefill_context_lens, scale, window)
     return out

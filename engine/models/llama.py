@@ -1,12 +1,15 @@
 """Llama-family decoder over a paged KV cache (GQA, Llama-3 RoPE scaling, tied or untied
 embeddings). Module names match Hugging Face's checkpoints, so weights load by name.
 
-The flags `qkv_bias`, `o_bias` and `qk_norm` of `LlamaArgs` make the same decoder the other
-families' (`engine.models.qwen`; `engine.models.registry` picks a config's reader)."""
+The flags `qkv_bias`, `o_bias`, `qk_norm` and `layer_windows` of `LlamaArgs` make the same
+decoder the other families' (`engine.models.qwen`, `engine.models.mistral`;
+`engine.models.registry` picks a config's reader)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import ClassVar, Mapping
 
 import torch
 from torch import nn
@@ -32,6 +35,19 @@ class LlamaArgs:
     qkv_bias: bool = False   # biases on q_proj, k_proj, v_proj
     o_bias: bool = False     # a bias on o_proj
     qk_norm: bool = False    # q_norm, k_norm: RMSNorm over each q and k head, before RoPE
+    # Per layer, its sliding attention window in tokens (0: full attention); empty: none.
+    layer_windows: tuple[int, ...] = ()
+    # config.json's names of the fields that are named otherwise here (for error messages).
+    CONFIG_NAMES: ClassVar[Mapping[str, str]] = MappingProxyType(
+        {"num_heads": "num_attention_heads", "num_kv_heads": "num_key_value_heads"})
+
+    @property
+    def max_window(self) -> int:
+        """The widest window of a layer with one, 0 when some layer attends to everything (a
+        call's KV blocks before it are then still read)."""
+        if not self.layer_windows or 0 in self.layer_windows:
+            return 0
+        return max(self.layer_windows)
 
     @classmethod
     def from_hf_config(cls, cfg: dict) -> "LlamaArgs":
@@ -68,8 +84,9 @@ class LlamaArgs:
 
 
 class LlamaAttention(nn.Module):
-    def __init__(self, args: LlamaArgs) -> None:
+    def __init__(self, args: LlamaArgs, window: int = 0) -> None:
         super().__init__()
+        self.window = window
         self.num_heads, self.num_kv_heads, self.head_dim = (
             args.num_heads, args.num_kv_heads, args.head_dim)
         q_out, kv_out = args.num_heads * args.head_dim, args.num_kv_heads * args.head_dim
@@ -89,15 +106,16 @@ class LlamaAttention(nn.Module):
         k = self.k_norm(self.k_proj(x).view(t, self.num_kv_heads, self.head_dim))
         v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
         out = paged_attention(apply_rope(q, rope), apply_rope(k, rope), v, kv[0], kv[1], meta,
-                              self.scale)
+                              self.scale, self.window)
         return self.o_proj(out.reshape(t, -1))
 
 
 class LlamaDecoderLayer(nn.Module):
-    def __init__(self, args: LlamaArgs) -> None:
+    def __init__(self, args: LlamaArgs, index: int) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
-        self.self_attn = LlamaAttention(args)
+        self.self_attn = LlamaAttention(args, args.layer_windows[index] if args.layer_windows
+                                        else 0)
         self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.mlp = SwiGLU(args.hidden_size, args.intermediate_size)
 
@@ -110,7 +128,7 @@ class LlamaModel(nn.Module):
     def __init__(self, args: LlamaArgs, max_positions: int) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(args.vocab_size, args.hidden_size)
-        self.layers = nn.ModuleList(LlamaDecoderLayer(args) for _ in range(args.num_layers))
+        self.layers = nn.ModuleList(LlamaDecoderLayer(args, i) for i in range(args.num_layers))
         self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.rotary = RotaryEmbedding(args.head_dim, max_positions, args.rope_theta,
                                       args.rope_scaling)

@@ -1,4 +1,4 @@
-"""Tensor-parallel shards of a loaded Llama model (`shard_model`).
+"""Tensor-parallel shards of a loaded Llama or Falcon model (`shard_model`).
 
 Column-parallel: q/k/v (with their biases) and gate/up keep this rank's output rows, so each
 rank computes its own heads and its own intermediate slice with no communication; q_norm and
@@ -8,6 +8,11 @@ bias, whole on every rank, is added once after the sum). Vocab-parallel: the emb
 the LM head keep this rank's vocab rows (padded to the same count on every rank); the
 embedding all-reduces (each token's row is nonzero on one rank only), the head all-gathers its
 logits, so every rank returns the full vocabulary.
+
+Falcon alike: query_key_value keeps the rows of this rank's query heads and KV groups
+(`ShardLayout.fused_qkv_rows`) and dense_h_to_4h its intermediate rows; dense and
+dense_4h_to_h are row-parallel (their biases added once after the sum); the LayerNorms stay
+whole on every rank.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from engine.models.falcon import FalconForCausalLM
 from engine.models.llama import LlamaForCausalLM
 from engine.parallel.comm import Communicator
 from engine.parallel.layout import ShardLayout
@@ -25,14 +31,16 @@ def _frozen(tensor: torch.Tensor) -> nn.Parameter:
     return nn.Parameter(tensor.contiguous().clone(), requires_grad=False)
 
 
-def _rows(linear: nn.Linear, rows: slice) -> nn.Linear:
-    """A Linear keeping `rows` of `linear`'s outputs, and of its bias (column-parallel)."""
-    weight = linear.weight[rows]
+def _rows(linear: nn.Linear, rows: slice | list[slice]) -> nn.Linear:
+    """A Linear keeping `rows` (one slice, or several concatenated in order) of `linear`'s
+    outputs, and of its bias (column-parallel)."""
+    parts = rows if isinstance(rows, list) else [rows]
+    weight = torch.cat([linear.weight[part] for part in parts])
     out = nn.Linear(weight.shape[1], weight.shape[0], bias=linear.bias is not None,
                     device="meta")
     out.weight = _frozen(weight)
     if linear.bias is not None:
-        out.bias = _frozen(linear.bias[rows])
+        out.bias = _frozen(torch.cat([linear.bias[part] for part in parts]))
     return out
 
 
@@ -83,16 +91,31 @@ class ParallelLMHead(nn.Module):
         return self.comm.all_gather(F.linear(hidden, self.weight))[..., :self.vocab_size]
 
 
-def shard_model(model: LlamaForCausalLM, layout: ShardLayout,
-                comm: Communicator) -> LlamaForCausalLM:
+def shard_model(model: LlamaForCausalLM | FalconForCausalLM, layout: ShardLayout,
+                comm: Communicator) -> LlamaForCausalLM | FalconForCausalLM:
     """Replace `model`'s full weights by rank `layout.rank`'s shards, in place (the full
     weights are released as they are replaced); returns the model."""
-    inner = model.model
-    embed = _frozen(_vocab_shard(inner.embed_tokens.weight, layout))
+    if isinstance(model, FalconForCausalLM):
+        _shard_falcon(model, layout, comm)
+    else:
+        _shard_llama(model, layout, comm)
+    return model
+
+
+def _shard_vocab(model: nn.Module, embedding: nn.Embedding, layout: ShardLayout,
+                 comm: Communicator) -> VocabParallelEmbedding:
+    """Set `model.lm_head` to its vocab-parallel shard (the embedding's own when tied);
+    returns the embedding's, for the caller to put in place."""
+    embed = _frozen(_vocab_shard(embedding.weight, layout))
     head = embed if layout.args.tie_word_embeddings else _frozen(
         _vocab_shard(model.lm_head.weight, layout))
-    inner.embed_tokens = VocabParallelEmbedding(embed, layout, comm)
     model.lm_head = ParallelLMHead(head, layout.args.vocab_size, comm)
+    return VocabParallelEmbedding(embed, layout, comm)
+
+
+def _shard_llama(model: LlamaForCausalLM, layout: ShardLayout, comm: Communicator) -> None:
+    inner = model.model
+    inner.embed_tokens = _shard_vocab(model, inner.embed_tokens, layout, comm)
     for layer in inner.layers:
         attn, mlp = layer.self_attn, layer.mlp
         attn.num_heads, attn.num_kv_heads = layout.num_heads, layout.num_kv_heads
@@ -103,4 +126,15 @@ def shard_model(model: LlamaForCausalLM, layout: ShardLayout,
         mlp.gate_proj = _rows(mlp.gate_proj, layout.intermediate())
         mlp.up_proj = _rows(mlp.up_proj, layout.intermediate())
         mlp.down_proj = RowParallelLinear(mlp.down_proj, layout.intermediate(), comm)
-    return model
+
+
+def _shard_falcon(model: FalconForCausalLM, layout: ShardLayout, comm: Communicator) -> None:
+    inner = model.transformer
+    inner.word_embeddings = _shard_vocab(model, inner.word_embeddings, layout, comm)
+    for layer in inner.h:
+        attn, mlp = layer.self_attention, layer.mlp
+        attn.num_heads, attn.num_kv_heads = layout.num_heads, layout.num_kv_heads
+        attn.query_key_value = _rows(attn.query_key_value, layout.fused_qkv_rows())
+        attn.dense = RowParallelLinear(attn.dense, layout.heads(), comm)
+        mlp.dense_h_to_4h = _rows(mlp.dense_h_to_4h, layout.intermediate())
+        mlp.dense_4h_to_h = RowParallelLinear(mlp.dense_4h_to_h, layout.intermediate(), comm)

@@ -130,3 +130,16 @@ def test_bad_values_name_the_field():
         make_cost(step_overhead=-1.0)
     with pytest.raises(ValueError, match="chunk"):
         make_cost().step_seconds([(10, 5)])
+
+
+@pytest.mark.parametrize("name", ["qwen2.5-7b", "qwen2.5-72b", "qwen3-8b", "qwen3-32b"])
+def test_the_family_presets_parameters_agree_with_their_shapes(name):
+    """A typo in a preset's shapes or parameter count shows: the count from the shapes (untied
+    heads; biases and q/k norms are under 0.1%) is within 1% of the published one."""
+    preset = model_preset(name)
+    counted = ModelPreset.from_hf_config(name, {
+        "hidden_size": preset.hidden, "num_hidden_layers": preset.layers,
+        "num_attention_heads": preset.q_heads, "num_key_value_heads": preset.kv_heads,
+        "head_dim": preset.head_dim, "intermediate_size": preset.ffn,
+        "vocab_size": preset.vocab}).params
+    assert abs(counted / preset.params - 1) < 0.01

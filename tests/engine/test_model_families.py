@@ -6,7 +6,7 @@ recompute and swap, multistep) run here unchanged on each family: they are impor
 collects them in this module, where `tiny_llama` and `tiny_llama_greedy` are overridden by the
 families' models. The tiny models have random biases and norm weights (`vector_noise`), RoPE
 theta 1e6; Qwen2 is tied with one KV head, Qwen3 untied with head_dim 24 != hidden / heads,
-Mistral without a sliding window (v0.2 on).
+Mistral without a sliding window (v0.2 on; windows: test_sliding_window_models).
 """
 
 from __future__ import annotations
@@ -77,28 +77,12 @@ def write_config(path, **fields) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("arch", ["FalconForCausalLM", "GemmaForCausalLM"])
+@pytest.mark.parametrize("arch", ["Phi3ForCausalLM", "GemmaForCausalLM"])
 def test_unsupported_architecture_names_it_and_the_supported(tmp_path, arch):
     with pytest.raises(ValueError) as info:
         LLM(write_config(tmp_path, architectures=[arch]))
     assert str(info.value) == (
         f"model: architecture {arch!r} is not supported "
-        "(supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-        "Qwen3ForCausalLM)")
-
-
-@pytest.mark.parametrize("arch", ["Qwen2ForCausalLM", "Qwen3ForCausalLM"])
-def test_sliding_window_attention_is_refused(tmp_path, arch):
-    with pytest.raises(ValueError) as info:
-        LLM(write_config(tmp_path, architectures=[arch], use_sliding_window=True,
-                         sliding_window=16, max_window_layers=0))
-    assert str(info.value) == ("model: use_sliding_window: true is not supported "
-                               "(sliding-window attention is not built yet)")
-
-
-def test_a_mistral_sliding_window_shorter_than_the_context_is_refused(tmp_path):
-    with pytest.raises(ValueError) as info:
-        LLM(write_config(tmp_path, architectures=["MistralForCausalLM"], sliding_window=16))
-    assert str(info.value) == ("model: sliding_window 16 is not supported (sliding-window "
-                               "attention is not built yet)")
+        "(supported: FalconForCausalLM, LlamaForCausalLM, MistralForCausalLM, "
+        "Qwen2ForCausalLM, Qwen3ForCausalLM)")
 

@@ -86,8 +86,9 @@ def make_paged_kv(context_lens: list[int], *, block_size: int, num_kv_heads: int
 
 
 def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                    scale: float) -> torch.Tensor:
-    """Dense causal attention of one sequence's last q.shape[0] positions, head by head in fp64.
+                    scale: float, window: int = 0) -> torch.Tensor:
+    """Dense causal attention of one sequence's last q.shape[0] positions, head by head in fp64
+    (with `window` > 0, position p sees keys p - window < k <= p only).
 
     q: [q_len, q_heads, d]; k, v: [ctx, kv_heads, d] contiguous (ctx >= q_len). Returns fp64.
     """
@@ -99,8 +100,9 @@ def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         kh, vh = k[:, h // group].double(), v[:, h // group].double()
         for j in range(q_len):
             visible = ctx - q_len + j + 1  # keys at positions 0..p
-            scores = (kh[:visible] @ q[j, h].double()) * scale
-            out[j, h] = torch.softmax(scores, dim=0) @ vh[:visible]
+            lo = max(0, visible - window) if window else 0
+            scores = (kh[lo:visible] @ q[j, h].double()) * scale
+            out[j, h] = torch.softmax(scores, dim=0) @ vh[lo:visible]
     return out
 
 
