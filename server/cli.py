@@ -307,6 +307,9 @@ def _add_router_parser(sub) -> None:
                         metavar="S", help="seconds an idle program lives before it expires")
     router.add_argument("--grace", type=float, default=5.0, metavar="S",
                         help="seconds calls in flight get to finish on shutdown")
+    router.add_argument("--ready-timeout", type=float, default=120.0, metavar="S",
+                        help="seconds to wait for a first replica before giving up (0: no "
+                             "limit, e.g. while a cluster's engines load)")
     router.set_defaults(run=_router)
 
 

@@ -110,6 +110,7 @@ def router_setup(args: argparse.Namespace) -> RouterOptions:
             dns_refresh_seconds=args.dns_refresh, placement=args.placement, cutoff=args.cutoff,
             host=args.host, port=args.port, model=args.model, auth_tokens=tokens,
             router_token=router_token, grace=args.grace, max_prompt_bytes=args.max_prompt_bytes,
+            ready_timeout=args.ready_timeout,
             scheduler=SchedulerConfig(program_ttl=args.program_ttl))
     except ValueError as exc:
         raise UsageError(f"router options: {exc}") from None

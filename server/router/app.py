@@ -8,8 +8,11 @@ per replica, and the TTL expiry of the router's program records.
     running.stop()      # NOT_SERVING, refuse new work, let calls finish (grace), stop
 
 Health says SERVING for "" and "agentix.v1.Agentix" while at least one replica does, and
-NOT_SERVING from when shutdown starts. `start_router` returns once one replica has answered
-(its ModelInfo is read) or fails after `ready_timeout` seconds.
+NOT_SERVING from when shutdown starts; the service name "liveness" says SERVING from the start
+until shutdown, whatever the replicas do (a liveness probe that must not restart the router,
+and lose its program records, while no replica serves). `start_router` returns once one
+replica has answered (its ModelInfo is read) or fails after `ready_timeout` seconds (0: waits
+as long as it takes).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from server.signals import StopSignals
 
 log = logging.getLogger(__name__)
 EXPIRY_SECONDS = 1.0
+LIVENESS_SERVICE = "liveness"  # health name that is SERVING while the router runs
 
 
 @dataclass(frozen=True)
@@ -76,7 +80,7 @@ class RouterOptions:
     max_prompt_bytes: int = DEFAULT_MAX_PROMPT_BYTES
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     poll_seconds: float = 0.5
-    ready_timeout: float = 120.0
+    ready_timeout: float = 120.0  # 0: no limit
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "replicas", tuple(self.replicas))  # checked at start
@@ -90,6 +94,9 @@ class RouterOptions:
             raise ValueError(f"port: must be in [0, 65535], got {self.port}")
         if self.grace < 0:
             raise ValueError(f"grace: must be >= 0, got {self.grace}")
+        if not self.ready_timeout >= 0:
+            raise ValueError(f"ready_timeout: must be >= 0 (0: no limit), got "
+                             f"{self.ready_timeout}")
         if not self.poll_seconds > 0:
             raise ValueError(f"poll_seconds: must be positive, got {self.poll_seconds}")
         if self.cutoff != "auto" and not (isinstance(self.cutoff, int) and self.cutoff >= 0):
@@ -173,7 +180,7 @@ class RunningRouter:
         while self.router.model_info() is None:
             if should_stop is not None and should_stop():
                 raise InterruptedError("router: stopped before a replica answered")
-            if time.monotonic() > deadline:
+            if options.ready_timeout and time.monotonic() > deadline:
                 named = ", ".join(options.replicas + options.replicas_dns)
                 raise TimeoutError(f"router: no replica answered within "
                                    f"{options.ready_timeout:g} s ({named})")
@@ -192,6 +199,7 @@ class RunningRouter:
         self._server = server
         self.address = format_address(options.host, self.port)
         await self._set_health(True)
+        await self._health.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
         self._watch_task = asyncio.ensure_future(self._watch())
 
     async def _set_health(self, serving: bool) -> None:

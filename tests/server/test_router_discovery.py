@@ -207,3 +207,35 @@ def test_replicas_join_and_leave_under_load_and_no_program_is_lost(tiny_llama_di
         router.stop(grace=0)
         for server in servers:
             server.stop(grace=0)
+
+
+def test_the_router_waits_for_its_first_replica_without_limit_and_says_it_is_alive(
+        tiny_llama_dir):
+    """`ready_timeout=0`: a router whose name resolves to nothing yet keeps waiting (a
+    cluster's engines may load for minutes); once one joins it serves, and its "liveness"
+    health name is SERVING whatever the replicas' health."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    server = in_process_replicas(tiny_llama_dir, count=1)[0]
+    dns = ScriptedDns(engines=[])
+    started: list = []
+    thread = threading.Thread(target=lambda: started.append(start_router(
+        replicas=(), replicas_dns=("engines:1",), resolver=dns, dns_refresh_seconds=0.05,
+        placement=make_placement("round_robin"), router_token=TOKEN, ready_timeout=0)))
+    thread.start()
+    try:
+        thread.join(1.0)
+        assert thread.is_alive() and not started  # still waiting, past no deadline
+        with dns.lock:
+            dns.answers["engines"] = [server.address]
+        thread.join(30)
+        router = started[0]
+        with grpc.insecure_channel(router.address) as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            live = health.Check(health_pb2.HealthCheckRequest(service="liveness"))
+            assert live.status == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        thread.join(30)
+        for router in started:
+            router.stop(grace=0)
+        server.stop(grace=0)
