@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from engine.parallel.layout import check_tensor_parallel_size
+from engine.parallel.nodes import check_nodes
 from scheduler.config import SchedulerConfig
 from scheduler.policies import PolicySpec, policy_name
 
@@ -40,7 +41,9 @@ class EngineConfig:
     the engine's to fill in from the KV cache spec, whatever it is here. `from_flat` takes
     both kinds of field as flat keywords, vLLM style. `tensor_parallel_size` N > 1 splits the
     model over N ranks (`engine.parallel`: N devices from `device` on CUDA, N processes on
-    the CPU); the model's heads must split N ways (checked when it loads). Each rank holds
+    the CPU); the model's heads must split N ways (checked when it loads); `nnodes` > 1
+    spreads them over that many machines, N / nnodes each, node 0 listening on
+    `dist_init_addr` (`engine.parallel.nodes`). Each rank holds
     `num_kv_blocks` blocks of its own KV heads (or as many as `kv_cache_memory_gb` holds).
     `chat_template`: a Jinja file that chat prompts are rendered with instead of the model's
     own template (vLLM's `--chat-template`; see engine/chat_templates/).
@@ -58,6 +61,8 @@ class EngineConfig:
     policy: PolicySpec = "fcfs"
     seed: int = 0
     tensor_parallel_size: int = 1
+    nnodes: int = 1
+    dist_init_addr: str | None = None
     chat_template: str | None = None
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
 
@@ -79,6 +84,7 @@ class EngineConfig:
             raise ValueError(f"chat_template: {self.chat_template} is not a file")
         _check_device(self.device)
         check_tensor_parallel_size(self.tensor_parallel_size)
+        check_nodes(self.tensor_parallel_size, self.nnodes, self.dist_init_addr)
         policy_name(self.policy)
         if not isinstance(self.scheduler, SchedulerConfig):
             raise ValueError(f"scheduler must be a SchedulerConfig, got "

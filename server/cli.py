@@ -58,6 +58,9 @@ def _generate(args: argparse.Namespace) -> None:
 
 
 def _serve(args: argparse.Namespace) -> None:
+    if args.node_rank > 0:
+        _serve_node(args)
+        return
     if args.replicas is not None:
         _serve_replicas(args)
         return
@@ -71,6 +74,21 @@ def _serve(args: argparse.Namespace) -> None:
                 print(f"{label} serving on {address}", flush=True)
 
     serve_forever(config, options, on_ready=ready)
+
+
+def _serve_node(args: argparse.Namespace) -> None:
+    """`agentix serve --node-rank R` (R > 0): this node's tensor-parallel ranks of the
+    engine that node 0 runs (engine.parallel.nodes); exits with their status."""
+    if args.dist_init_addr is None:
+        raise UsageError("--node-rank: needs --dist-init-addr HOST:PORT (node 0's)")
+    from engine.parallel.nodes import serve_node
+
+    try:
+        status = serve_node(args.node_rank, args.nnodes, args.tensor_parallel_size,
+                            args.dist_init_addr)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    raise SystemExit(status)
 
 
 def _serve_replicas(args: argparse.Namespace) -> None:
@@ -229,6 +247,15 @@ def _add_serve_parser(sub) -> None:
     engine.add_argument("--tensor-parallel-size", type=_positive_int, default=1, metavar="N",
                         help="split the model over N ranks: N devices from --device on CUDA, "
                              "N processes on the CPU (the engine starts them itself)")
+    engine.add_argument("--nnodes", type=_positive_int, default=1, metavar="N",
+                        help="spread the tensor-parallel ranks over N machines (SGLang's "
+                             "flag): run this command on each, with its --node-rank")
+    engine.add_argument("--node-rank", type=int, default=0, metavar="R",
+                        help="this machine's node (0: the engine and scheduler; others run "
+                             "only their ranks, with node 0's engine settings)")
+    engine.add_argument("--dist-init-addr", metavar="HOST:PORT",
+                        help="where node 0 listens for the other nodes (torch.distributed "
+                             "store; reachable by the cluster's nodes only)")
     engine.add_argument("--chat-template", metavar="FILE",
                         help="render chat prompts with this Jinja template (e.g. "
                              "engine/chat_templates/chatml_tools.jinja: tools for ChatML "

@@ -177,7 +177,8 @@ def engine_config(args: argparse.Namespace, model: str) -> EngineConfig:
     from server.config_flags import typed_overrides
 
     named = dict(model=model, policy=args.policy, dtype=args.dtype, device=args.device,
-                 tensor_parallel_size=args.tensor_parallel_size,
+                 tensor_parallel_size=args.tensor_parallel_size, nnodes=args.nnodes,
+                 dist_init_addr=args.dist_init_addr,
                  enable_prefix_caching=not args.no_prefix_caching, kv_memory=args.kv_memory,
                  preemption_mode=args.preemption_mode, num_host_blocks=args.num_host_blocks,
                  num_kv_blocks=args.num_kv_blocks, kv_cache_memory_gb=args.kv_cache_memory_gb,

@@ -19,9 +19,9 @@ def _timeout() -> datetime.timedelta:
     return datetime.timedelta(seconds=TIMEOUT_SECONDS)
 
 
-def listen_store(host: str, world: int) -> dist.TCPStore:
-    """Rank 0's store, on a free port of `host` (the workers connect to its `.port`)."""
-    return dist.TCPStore(host, 0, world, True, timeout=_timeout(), wait_for_workers=False)
+def listen_store(host: str, world: int, port: int = 0) -> dist.TCPStore:
+    """Rank 0's store on `host:port` (0: a free port; the workers connect to its `.port`)."""
+    return dist.TCPStore(host, port, world, True, timeout=_timeout(), wait_for_workers=False)
 
 
 def connect_store(host: str, port: int, world: int) -> dist.TCPStore:

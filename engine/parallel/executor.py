@@ -6,7 +6,9 @@ worker, and runs it on rank 0; the ranks meet in the layers' collectives, and ra
 from the gathered logits. Every rank builds the same KV cache spec (its share of the KV heads,
 the same number of blocks: `engine.kv_spec`), so the scheduler's block ids (and its swap
 copies) mean the same on every rank. Any error in a step stops the workers and is raised
-again: the engine cannot go on with ranks out of step.
+again: the engine cannot go on with ranks out of step. With `nnodes` > 1 the store listens on
+`dist_init_addr`, this node starts only its own ranks, and the steps reach the other nodes'
+ranks through their agents (`engine.parallel.nodes`).
 On CPU each rank gets torch's thread count divided by N (rank 0's own count is set too).
 """
 
@@ -22,6 +24,7 @@ from engine.loader import ModelFiles
 from engine.model_runner import ModelRunner, rank_device
 from engine.parallel.comm import TIMEOUT_SECONDS, Communicator, listen_store
 from engine.parallel.layout import check_split
+from engine.parallel.nodes import NodeRelay, node_ranks, parse_dist_addr, publish_setup
 from engine.parallel.setup import WorkerSetup
 from engine.parallel.workers import WorkerError, WorkerPool
 from engine.step_inputs import StepInputs
@@ -44,17 +47,23 @@ class TensorParallelExecutor:
         if device.type == "cpu":
             threads = max(1, threads // world)
             torch.set_num_threads(threads)
-        store = listen_store(HOST, world)
+        host, port = parse_dist_addr(config.dist_init_addr) if config.nnodes > 1 else (HOST, 0)
+        store = listen_store(host, world, port)
+        publish_setup(store, config, max_model_len)
+        local = node_ranks(world, config.nnodes, 0)
         self.pool = WorkerPool([
-            WorkerSetup(config, rank, world, HOST, store.port, max_model_len, threads,
-                        os.getpid()) for rank in range(1, world)])
+            WorkerSetup(config, rank, world, host, store.port, max_model_len, threads,
+                        os.getpid(), local_rank=rank) for rank in local[1:]])
+        self.relay: NodeRelay | None = None
         try:
+            if config.nnodes > 1:
+                self.relay = NodeRelay(store, 0, config.nnodes)  # every node's agent joined
             self.pool.wait_for("joined", lambda key: store.check([key]), TIMEOUT_SECONDS)
-            comm = Communicator(store, 0, world, device)
+            comm = Communicator(store, 0, world, device)  # every rank joined
             self.runner = ModelRunner(config, files, max_model_len, comm=comm)
             self.pool.wait_for("status", lambda key: store.check([key]), TIMEOUT_SECONDS)
             for rank in range(1, world):
-                status = store.get(f"status/{rank}").decode()
+                status = store.get(f"status/{rank}").decode()  # waits for remote ranks
                 if status != "ready":
                     raise WorkerError(f"tensor-parallel worker rank {rank}: {status}")
         except BaseException:
@@ -74,11 +83,18 @@ class TensorParallelExecutor:
         step = StepInputs.of(plan, self.runner.block_size)
         try:
             self.pool.send(step)
+            if self.relay is not None:
+                self.relay.send(step)
             return self.runner.run(step, plan)
         except BaseException:
             self.pool.kill()
+            self.relay = None  # broken: the other nodes stop when they see it
             raise
 
     def close(self) -> None:
-        """Stop the workers (idempotent); the executor cannot run steps afterwards."""
+        """Stop the workers, and the other nodes' (idempotent); the executor cannot run
+        steps afterwards."""
         self.pool.close()
+        if self.relay is not None:
+            relay, self.relay = self.relay, None
+            relay.send(None)

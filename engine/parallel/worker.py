@@ -49,7 +49,7 @@ def serve(stdin) -> None:
     store = connect_store(setup.host, setup.port, setup.world)
     store.set(f"joined/{setup.rank}", "1")
     try:
-        device = rank_device(setup.config.device, setup.rank)
+        device = rank_device(setup.config.device, setup.local_rank)
         comm = Communicator(store, setup.rank, setup.world, device)
         runner = ModelRunner(setup.config, read_model_dir(setup.config.model),
                              setup.max_model_len, comm=comm)
