@@ -2,13 +2,13 @@
 configs the engine cannot run fail before loading, in one line.
 
 test_parity's tests (batching, late arrivals, chunked prefill, prefix caching, preemption by
-recompute and swap, multistep) run here unchanged on tiny Falcons: they are imported, so
-pytest collects them in this module, where `tiny_llama` and `tiny_llama_greedy` are
-overridden. The tiny models have noise on every LayerNorm weight and bias and every linear
-bias (`vector_noise`), an MLP width that is not 4 x hidden, and RoPE theta 1e6; "kv2" has
-2 KV groups of 2 query heads, biases, two LayerNorms per layer and a tied head; "kv1" one
-KV head, no biases, one shared `input_layernorm` and an untied head.
-"""
+recompute, swap and keep, multistep) and test_host_tier_parity's (a prefix through the host
+tier, swap under pressure with prefix caching) run here unchanged on tiny Falcons: they are
+imported, so pytest collects them in this module, where `tiny_llama` and `tiny_llama_greedy`
+are overridden. The tiny models have noise on every LayerNorm weight and bias and every linear
+bias (`vector_noise`), an MLP width that is not 4 x hidden, and RoPE theta 1e6; "kv2" has 2 KV
+groups of 2 query heads, biases, two LayerNorms per layer and a tied head; "kv1" one KV head,
+no biases, one shared `input_layernorm` and an untied head."""
 
 from __future__ import annotations
 
@@ -21,6 +21,10 @@ from tiny_llama import GreedyReference, save_word_tokenizer
 from engine import LLM, ChatPrompt, SamplingParams
 from engine.models.falcon import FalconArgs
 from engine.parallel.layout import ShardLayout
+from test_host_tier_parity import (  # noqa: F401  (collected here, on this module's fixtures)
+    test_a_prefix_offloaded_to_host_is_fetched_back_token_exact,
+    test_swap_preemption_under_memory_pressure_with_prefix_caching_is_token_exact,
+)
 from test_parity import (  # noqa: F401  (collected here, on this module's fixtures)
     make_prompts,
     params,
@@ -73,6 +77,12 @@ def tiny_llama(request, tmp_path_factory):
     """(model_dir, transformers model) of the parameter's Falcon (test_parity's name)."""
     path = tmp_path_factory.mktemp(f"falcon-{request.param}")
     return str(path), build_tiny_falcon(path, request.param)
+
+
+@pytest.fixture(scope="module")
+def tiny_tied_llama(tiny_llama):
+    """test_host_tier_parity's name for its model: here the parameter's."""
+    return tiny_llama
 
 
 @pytest.fixture(scope="module")

@@ -2,12 +2,13 @@
 cannot run fail before loading, in one line.
 
 test_parity's tests (batching, late arrivals, chunked prefill, prefix caching, preemption by
-recompute and swap, multistep) run here unchanged on each family: they are imported, so pytest
-collects them in this module, where `tiny_llama` and `tiny_llama_greedy` are overridden by the
-families' models. The tiny models have random biases and norm weights (`vector_noise`), RoPE
-theta 1e6; Qwen2 is tied with one KV head, Qwen3 untied with head_dim 24 != hidden / heads,
-Mistral without a sliding window (v0.2 on; windows: test_sliding_window_models).
-"""
+recompute, swap and keep, multistep) and test_host_tier_parity's (a prefix through the host
+tier, swap under pressure with prefix caching) run here unchanged on each family: they are
+imported, so pytest collects them in this module, where `tiny_llama` and `tiny_llama_greedy`
+are overridden by the families' models. The tiny models have random biases and norm weights
+(`vector_noise`), RoPE theta 1e6; Qwen2 is tied with one KV head, Qwen3 untied with head_dim 24
+!= hidden / heads, Mistral without a sliding window (v0.2 on; windows:
+test_sliding_window_models)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,10 @@ import pytest
 
 from tiny_llama import TINY_LLAMA, GreedyReference, build_tiny_llama
 from engine import LLM
+from test_host_tier_parity import (  # noqa: F401  (collected here, on this module's fixtures)
+    test_a_prefix_offloaded_to_host_is_fetched_back_token_exact,
+    test_swap_preemption_under_memory_pressure_with_prefix_caching_is_token_exact,
+)
 from test_parity import (  # noqa: F401  (collected here, on this module's fixtures)
     make_prompts,
     params,
@@ -53,6 +58,12 @@ def tiny_llama(request, tmp_path_factory):
     """(model_dir, transformers model) of the parameter's family (test_parity's name)."""
     path = tmp_path_factory.mktemp(request.param)
     return str(path), build_family(path, request.param)
+
+
+@pytest.fixture(scope="module")
+def tiny_tied_llama(tiny_llama):
+    """test_host_tier_parity's name for its model: here the parameter's."""
+    return tiny_llama
 
 
 @pytest.fixture(scope="module")

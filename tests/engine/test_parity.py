@@ -93,12 +93,13 @@ class RecordingExecutor:
         return self.runner.execute(plan)
 
 
-@pytest.mark.parametrize("mode", ["recompute", "swap"])
+@pytest.mark.parametrize("mode", ["recompute", "swap", "keep"])
 def test_preemption_under_a_tiny_pool(tiny_llama, tiny_llama_greedy, mode):
     model_dir, _ = tiny_llama
     prompts = make_prompts()
     llm = LLM(model_dir, block_size=8, num_kv_blocks=12, preemption_mode=mode,
-              num_host_blocks=40 if mode == "swap" else 0)
+              num_host_blocks=40 if mode == "swap" else 0,
+              enable_prefix_caching=mode == "keep")
     engine = llm.engine
     recorder = engine.executor = RecordingExecutor(engine.runner)
     got = [o.token_ids for o in llm.generate(prompts, params())]
@@ -114,6 +115,8 @@ def test_preemption_under_a_tiny_pool(tiny_llama, tiny_llama_greedy, mode):
         assert swapper.num_copies == batches
         assert swapper.num_blocks_out == swapper.num_blocks_in > 0
         assert engine.kv.num_free_host_blocks == 40
+    if mode == "keep":  # preempted calls' KV stayed cached and was found again
+        assert engine.scheduler.stats()["preemptions_keep"] > 0
     assert got == reference(tiny_llama_greedy, prompts)
 
 
