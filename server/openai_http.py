@@ -2,6 +2,7 @@
 
     POST /v1/chat/completions   messages through the model's chat template; SSE when stream
     POST /v1/completions        a string or token ids
+    POST /v1/responses          the Responses API as a form of chat (server/openai_responses.py)
     GET  /v1/models, /health, /metrics
     GET  /v1/programs/{id}      the program's process-table record
     POST /v1/programs/{id}:end  end it (its calls are aborted)
@@ -33,6 +34,7 @@ import contextlib
 import json
 import logging
 import re
+from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable
 
 import grpc
@@ -56,6 +58,8 @@ from server.openai_protocol import (ChatCompletionRequest, CompletionRequest, ch
                                     fragment_chunk, now_seconds, text_choice,
                                     tool_calls_finish, usage)
 from server.namespace import Namespace, new_id
+from server.openai_responses import (ResponseEvents, ResponsesRequest, final_status,
+                                     output_items, response_object, response_usage)
 from server.prompts import PromptTokenizer
 from server.tool_parsers import ParsedOutput, make_tool_parser
 from server.wire import SHUTDOWN, message_to_dict
@@ -140,6 +144,20 @@ class BodyLimit:
     async def _refuse(self, scope, receive, send) -> None:
         message = f"body: larger than the server's limit of {self.max_bytes} bytes"
         await error_response(413, message)(scope, receive, send)
+
+
+@dataclass(frozen=True)
+class StartedCalls:
+    """A request's submitted calls: one stream per choice; `own_program` when the request
+    started a program of its own (`program_id`, ended with the request); `named` the
+    program the client named (None: none); `parser_name` the tool parser of the outputs."""
+
+    ns: Namespace
+    streams: list[CallStream]
+    own_program: bool
+    program_id: str | None
+    named: str | None
+    parser_name: str | None
 
 
 class OpenAIDoor:
@@ -231,11 +249,98 @@ class OpenAIDoor:
                                  'tool_choice "none")', "tool_choice")
         return self.tool_call_parser
 
+    async def responses(self, request: Request, body: ResponsesRequest) -> Response:
+        """`/v1/responses`: the request as chat, its output as a `response` (or its
+        streamed events)."""
+        unsupported = body.unsupported()
+        if unsupported is not None:
+            raise HttpError(400, f"{unsupported}: not supported by this server (it stores no "
+                                 f"response and has no constrained decoding)", unsupported)
+        try:
+            chat = body.to_chat()
+        except ValueError as exc:
+            raise http_error_of(exc) from None
+        started = await self.start_calls(request, chat, chat.chat)
+        response_id = f"resp_{started.ns.outer(started.streams[0].call_id)}"
+        created = now_seconds()
+        if body.stream:
+            events = ResponseEvents(body, response_id, self.model_name, created)
+            return StreamingResponse(self._response_sse(started, events, chat),
+                                     media_type="text/event-stream")
+        completions = await self.finish_calls(request, started)
+        if completions is None:  # the client went away: its calls are aborted
+            return Response(status_code=CLIENT_CLOSED_REQUEST)
+        completion = completions[0]
+        parsed = _parsed(started.parser_name, completion.text, chat.parallel_tool_calls)
+        return JSONResponse(response_object(
+            body, response_id, self.model_name, created, final_status(completion),
+            output_items(response_id, completion, parsed), response_usage(completion)))
+
+    async def _response_sse(self, started: StartedCalls, events: ResponseEvents,
+                            chat: ChatCompletionRequest) -> AsyncIterator[str]:
+        """A response's event stream (a client that goes away aborts the call)."""
+        parser = (_StreamedCalls(started.parser_name, chat.parallel_tool_calls)
+                  if started.parser_name else None)
+        try:
+            for event in events.start():
+                yield event
+            async for item in started.streams[0]:
+                if isinstance(item, StreamDelta):
+                    fragments = parser.feed(item.text, False) if parser else [
+                        {"content": item.text}]
+                    for fragment in fragments:
+                        for event in events.fragment(fragment):
+                            yield event
+                    continue
+                for fragment in parser.finish() if parser else ():
+                    for event in events.fragment(fragment):
+                        yield event
+                reason = item.completion.finish_reason
+                if reason in ("error", SHUTDOWN):
+                    for event in events.fail("the engine failed while running this call"
+                                             if reason == "error" else
+                                             "the server is shutting down: retry it"):
+                        yield event
+                else:
+                    for event in events.finish(item.completion):
+                        yield event
+        finally:
+            await self.end_calls(started)
+
     async def completions(self, request: Request, body: CompletionRequest) -> Response:
         return await self._generate(request, body, "text_completion", body.prompt_value)
 
     async def _generate(self, request: Request, body, kind: str,
                         prompt_of: Callable[[], str | list[int] | ChatPrompt]) -> Response:
+        started = await self.start_calls(request, body, prompt_of)
+        ns, streams = started.ns, started.streams
+        own_program, program_id, named = started.own_program, started.program_id, started.named
+        parser_name = started.parser_name
+        response_id = (f"{'chatcmpl' if kind == 'chat.completion' else 'cmpl'}-"
+                       f"{ns.outer(streams[0].call_id)}")
+        if body.stream:
+            chunk_kind = "chat.completion.chunk" if kind == "chat.completion" else kind
+            return StreamingResponse(
+                self._sse(streams, chunk_kind, response_id, body, own_program, program_id,
+                          parser_name), media_type="text/event-stream")
+        completions = await self.finish_calls(request, started)
+        if completions is None:  # the client went away: its calls are aborted
+            return Response(status_code=CLIENT_CLOSED_REQUEST)
+        if kind == "chat.completion":
+            choices = [chat_choice(i, c, body.return_token_ids,
+                                   _parsed(parser_name, c.text, body.parallel_tool_calls))
+                       for i, c in enumerate(completions)]
+        else:
+            choices = [text_choice(i, c, body.return_token_ids)
+                       for i, c in enumerate(completions)]
+        return JSONResponse(envelope(
+            kind, response_id, self.model_name, now_seconds(), choices,
+            usage=usage(completions), program_id=ns.outer(program_id) if named else ""))
+
+    async def start_calls(self, request: Request, body,
+                          prompt_of: Callable[[], str | list[int] | ChatPrompt]) -> StartedCalls:
+        """Authenticate, validate and submit a request's `n` calls (HttpError naming what is
+        wrong; nothing is left submitted then)."""
         ns = self.namespace(request)
         self.check_model(body.model)
         unsupported = body.unsupported()
@@ -276,35 +381,30 @@ class OpenAIDoor:
                 stream.cancel()
             await self._end_own(own_program, program_id)
             raise
-        response_id = (f"{'chatcmpl' if kind == 'chat.completion' else 'cmpl'}-"
-                       f"{ns.outer(streams[0].call_id)}")
-        if body.stream:
-            chunk_kind = "chat.completion.chunk" if kind == "chat.completion" else kind
-            return StreamingResponse(
-                self._sse(streams, chunk_kind, response_id, body, own_program, program_id,
-                          parser_name), media_type="text/event-stream")
+        return StartedCalls(ns, streams, own_program, program_id, named, parser_name)
+
+    async def finish_calls(self, request: Request, started: StartedCalls
+                           ) -> list[CompletionOutput] | None:
+        """The started calls' completions (None if the client went away: they are aborted);
+        the calls end here either way. HttpError 500 or 503 for a call the engine failed or
+        the shutdown cut."""
         try:
-            completions = await _until_done_or_gone(request, streams)
-            if completions is None:  # the client went away: its calls are aborted below
-                return Response(status_code=CLIENT_CLOSED_REQUEST)
+            completions = await _until_done_or_gone(request, started.streams)
         finally:
-            for stream in streams:
-                stream.cancel()
-            await self._end_own(own_program, program_id)
+            await self.end_calls(started)
+        if completions is None:
+            return None
         if any(c.finish_reason == "error" for c in completions):
             raise HttpError(500, "internal error: the engine failed while running this call")
         if any(c.finish_reason == SHUTDOWN for c in completions):
             raise HttpError(503, "the server is shutting down: this call was cut; retry it")
-        if kind == "chat.completion":
-            choices = [chat_choice(i, c, body.return_token_ids,
-                                   _parsed(parser_name, c.text, body.parallel_tool_calls))
-                       for i, c in enumerate(completions)]
-        else:
-            choices = [text_choice(i, c, body.return_token_ids)
-                       for i, c in enumerate(completions)]
-        return JSONResponse(envelope(
-            kind, response_id, self.model_name, now_seconds(), choices,
-            usage=usage(completions), program_id=ns.outer(program_id) if named else ""))
+        return completions
+
+    async def end_calls(self, started: StartedCalls) -> None:
+        """Abort what is left of the calls, end the request's own program."""
+        for stream in started.streams:
+            stream.cancel()
+        await self._end_own(started.own_program, started.program_id)
 
     async def _submit(self, ns: Namespace, call: CallRequest) -> CallStream:
         try:
@@ -485,6 +585,7 @@ def build_app(engine_loop: EngineLoop, prompts: PromptTokenizer, auth: TokenAuth
     app.add_middleware(BodyLimit, max_bytes=4 * prompts.max_prompt_bytes + BODY_OVERHEAD_BYTES)
     app.post("/v1/chat/completions")(door.chat)
     app.post("/v1/completions")(door.completions)
+    app.post("/v1/responses")(door.responses)
     app.get("/v1/models")(door.models)
     app.get("/v1/programs/{program_id}")(door.get_program)
     app.post("/v1/programs/{program_id}:end")(door.end_program)

@@ -1,0 +1,292 @@
+"""OpenAI's Responses API (`POST /v1/responses`, the OpenAI Agents SDK's default) as a form of
+chat: a request becomes a `ChatCompletionRequest`, its one output becomes a `response` object.
+
+Input: a string (one user message), or a list of items: messages (`role` user, system,
+developer (as system) or assistant; `content` a string or `input_text`/`output_text` parts),
+`function_call` items (an assistant's tool call) and `function_call_output` items (the tool's
+answer); `instructions` is a system message first. Function tools arrive flat (`{"type":
+"function", "name", "description", "parameters"}`). Output items: a `message` with one
+`output_text` part (when there is text) and one `function_call` per parsed tool call (with a
+tool parser on the server, as for chat). Streaming sends the API's typed events, each with
+its `sequence_number`: response.created, response.in_progress, then per output item
+output_item.added, (content_part.added, output_text.delta..., output_text.done,
+content_part.done | function_call_arguments.delta, function_call_arguments.done),
+output_item.done, and response.completed (or response.incomplete when cut by length).
+
+Stateless: no response is stored, so `previous_response_id` (send the whole conversation in
+`input` instead), `background`, structured `text.format` (no constrained decoding yet), and
+tools other than functions are refused with a 400 naming the field, as is anything else
+this engine cannot honour.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from engine import CompletionOutput
+from server.openai_protocol import ChatCompletionRequest
+from server.tool_parsers import ParsedOutput
+
+ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
+TEXT_PARTS = ("input_text", "output_text", "text")
+
+
+class ResponsesRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    input: str | list[dict[str, Any]]
+    instructions: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    parallel_tool_calls: bool = True
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    stream: bool = False
+    text: dict[str, Any] | None = None
+    previous_response_id: str | None = None
+    background: bool = False
+    # Agentix's own, as on chat.
+    program_id: str | None = None
+    program_class: str | None = None
+    thread_id: str | None = None
+    expected_tool_seconds: float | None = None
+    ttft_slo_seconds: float | None = None
+
+    def unsupported(self) -> str | None:
+        """The first field set to a value this server cannot honour, or None."""
+        if self.previous_response_id is not None:
+            return "previous_response_id"
+        if self.background:
+            return "background"
+        if ((self.text or {}).get("format") or {}).get("type", "text") != "text":
+            return "text.format"
+        if any(tool.get("type") != "function" for tool in self.tools or ()):
+            return "tools"
+        return None
+
+    def to_chat(self) -> ChatCompletionRequest:
+        """The same request as chat (ValueError naming the first bad input item)."""
+        messages = [{"role": "system", "content": self.instructions}] if self.instructions \
+            else []
+        items = [{"role": "user", "content": self.input}] if isinstance(self.input, str) \
+            else self.input
+        for i, item in enumerate(items):
+            _add_item(messages, item, i)
+        if not messages:
+            raise ValueError("input: must hold at least one message")
+        tools = [{"type": "function", "function": {
+            k: v for k, v in tool.items() if k in ("name", "description", "parameters")}}
+            for tool in self.tools or ()]
+        return ChatCompletionRequest(
+            model=self.model, messages=messages, tools=tools or None,
+            tool_choice=self.tool_choice, parallel_tool_calls=self.parallel_tool_calls,
+            max_tokens=self.max_output_tokens, temperature=self.temperature, top_p=self.top_p,
+            stream=self.stream, program_id=self.program_id, program_class=self.program_class,
+            thread_id=self.thread_id, expected_tool_seconds=self.expected_tool_seconds,
+            ttft_slo_seconds=self.ttft_slo_seconds)
+
+
+def _add_item(messages: list[dict[str, Any]], item: Any, i: int) -> None:
+    """Append input item `i` to the chat `messages` (consecutive function calls join one
+    assistant message)."""
+    if not isinstance(item, dict):
+        raise ValueError(f"input[{i}]: must be an object")
+    kind = item.get("type", "message")
+    if kind == "message":
+        role = ROLES.get(item.get("role"))
+        if role is None:
+            raise ValueError(f"input[{i}].role: must be one of {sorted(ROLES)}, got "
+                             f"{str(item.get('role'))[:32]!r}")
+        messages.append({"role": role, "content": _text(item.get("content"), i)})
+    elif kind == "function_call":
+        call = {"id": item.get("call_id"), "type": "function",
+                "function": {"name": item.get("name"), "arguments": item.get("arguments")}}
+        last = messages[-1] if messages else None
+        if last is not None and last["role"] == "assistant" and last.get("tool_calls") \
+                and not last["content"]:
+            last["tool_calls"].append(call)
+        else:
+            messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+    elif kind == "function_call_output":
+        output = item.get("output")
+        messages.append({"role": "tool", "tool_call_id": item.get("call_id"),
+                         "content": output if isinstance(output, str) else json.dumps(output)})
+    else:
+        raise ValueError(f"input[{i}].type: {str(kind)[:32]!r} is not supported (message, "
+                         f"function_call, function_call_output)")
+
+
+def _text(content: Any, i: int) -> str | list[dict[str, str]]:
+    """A message's content: a string, or its text parts as chat's text parts."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise ValueError(f"input[{i}].content: must be a string or a list of text parts")
+    parts = []
+    for j, part in enumerate(content):
+        if not isinstance(part, dict) or part.get("type") not in TEXT_PARTS:
+            raise ValueError(f"input[{i}].content[{j}]: only text parts are supported "
+                             f"({', '.join(TEXT_PARTS)})")
+        parts.append({"type": "text", "text": part.get("text", "")})
+    return parts
+
+
+def output_items(response_id: str, completion: CompletionOutput,
+                 parsed: ParsedOutput | None) -> list[dict[str, Any]]:
+    """The response's output: a message with the text (if any), then the tool calls."""
+    text = completion.text if parsed is None else parsed.content
+    items: list[dict[str, Any]] = []
+    if text or parsed is None or not parsed.tool_calls:
+        items.append(message_item(f"msg_{response_id}", text))
+    for n, call in enumerate(parsed.tool_calls if parsed is not None else ()):
+        items.append(function_call_item(f"fc_{response_id}_{n}", call.to_openai()))
+    return items
+
+
+def message_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
+    return {"type": "message", "id": item_id, "status": status, "role": "assistant",
+            "content": [output_text(text)] if status == "completed" else []}
+
+
+def output_text(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": []}
+
+
+def function_call_item(item_id: str, call: dict[str, Any], status: str = "completed"
+                       ) -> dict[str, Any]:
+    """A function_call output item of a chat tool call (`ToolCall.to_openai()`'s shape)."""
+    return {"type": "function_call", "id": item_id, "call_id": call["id"],
+            "name": call["function"]["name"], "arguments": call["function"]["arguments"],
+            "status": status}
+
+
+def response_object(body: ResponsesRequest, response_id: str, model: str, created: int,
+                    status: str, output: list[dict[str, Any]], usage: dict[str, Any] | None,
+                    error: str | None = None) -> dict[str, Any]:
+    """The `response` object of `body`: `status` "in_progress" while streaming, then
+    "completed", "incomplete" (cut by the token limit) or "failed" (with `error`)."""
+    return {"id": response_id, "object": "response", "created_at": created, "status": status,
+            "incomplete_details": {"reason": "max_output_tokens"}
+            if status == "incomplete" else None,
+            "error": {"code": "server_error", "message": error} if error else None,
+            "model": model, "instructions": body.instructions, "output": output,
+            "usage": usage, "parallel_tool_calls": body.parallel_tool_calls,
+            "tool_choice": body.tool_choice or "auto", "tools": body.tools or [],
+            "max_output_tokens": body.max_output_tokens, "temperature": body.temperature,
+            "top_p": body.top_p}
+
+
+def final_status(completion: CompletionOutput) -> str:
+    """completed, or incomplete when the token limit cut the output."""
+    return "incomplete" if completion.finish_reason == "length" else "completed"
+
+
+class ResponseEvents:
+    """The streamed events of one response (see the module docstring), as SSE strings:
+    `start()`, then `fragment()` for each piece of output (a chat delta: {"content": text}
+    or a tool parser's {"tool_calls": [...]} opening a call or adding to its arguments),
+    then `finish(completion)` or `fail(message)`."""
+
+    def __init__(self, body: ResponsesRequest, response_id: str, model: str,
+                 created: int) -> None:
+        self.body, self.response_id, self.model, self.created = body, response_id, model, created
+        self.sequence = 0
+        self.output: list[dict[str, Any]] = []   # items done
+        self.open: dict[str, Any] | None = None  # the item being streamed
+        self.text = ""                          # the open item's text or arguments
+
+    def _event(self, kind: str, **fields: Any) -> str:
+        payload = {"type": kind, "sequence_number": self.sequence, **fields}
+        self.sequence += 1
+        return f"event: {kind}\ndata: {json.dumps(payload)}\n\n"
+
+    def _response(self, status: str, usage: dict[str, Any] | None = None,
+                  error: str | None = None) -> dict[str, Any]:
+        return response_object(self.body, self.response_id, self.model, self.created, status,
+                               list(self.output), usage, error)
+
+    def start(self) -> list[str]:
+        response = self._response("in_progress")
+        return [self._event("response.created", response=response),
+                self._event("response.in_progress", response=response)]
+
+    def fragment(self, fragment: dict[str, Any]) -> list[str]:
+        events: list[str] = []
+        if fragment.get("content"):
+            if self.open is None or self.open["type"] != "message":
+                events += self._close() + self._open_message()
+            self.text += fragment["content"]
+            events.append(self._event("response.output_text.delta", **self._where(),
+                                      content_index=0, delta=fragment["content"]))
+        for call in fragment.get("tool_calls") or ():
+            function = call.get("function") or {}
+            if "id" in call:  # a new call opens
+                events += self._close()
+                self.open = function_call_item(
+                    f"fc_{self.response_id}_{len(self.output)}",
+                    {"id": call["id"], "function": {"name": function.get("name"),
+                                                    "arguments": ""}}, "in_progress")
+                events.append(self._added())
+            if function.get("arguments"):
+                self.text += function["arguments"]
+                events.append(self._event("response.function_call_arguments.delta",
+                                          **self._where(), delta=function["arguments"]))
+        return events
+
+    def finish(self, completion: CompletionOutput) -> list[str]:
+        events = self._close()
+        if not self.output:  # no output at all: still one (empty) message
+            events += self._open_message() + self._close()
+        status = final_status(completion)
+        return events + [self._event(f"response.{status}", response=self._response(
+            status, response_usage(completion)))]
+
+    def fail(self, message: str) -> list[str]:
+        return self._close() + [self._event("response.failed", response=self._response(
+            "failed", error=message))]
+
+    def _open_message(self) -> list[str]:
+        self.open = message_item(f"msg_{self.response_id}", "", "in_progress")
+        return [self._added(), self._event("response.content_part.added", **self._where(),
+                                           content_index=0, part=output_text(""))]
+
+    def _where(self) -> dict[str, Any]:
+        return {"item_id": self.open["id"], "output_index": len(self.output)}
+
+    def _added(self) -> str:
+        return self._event("response.output_item.added", output_index=len(self.output),
+                           item=dict(self.open))
+
+    def _close(self) -> list[str]:
+        """Finish the open item (if any): its done events, then it joins the output."""
+        if self.open is None:
+            return []
+        item, where, text = self.open, self._where(), self.text
+        if item["type"] == "message":
+            done = message_item(item["id"], text)
+            events = [self._event("response.output_text.done", **where, content_index=0,
+                                  text=text),
+                      self._event("response.content_part.done", **where, content_index=0,
+                                  part=output_text(text))]
+        else:
+            done = {**item, "arguments": text, "status": "completed"}
+            events = [self._event("response.function_call_arguments.done", **where,
+                                  arguments=text)]
+        events.append(self._event("response.output_item.done", output_index=where[
+            "output_index"], item=done))
+        self.output.append(done)
+        self.open, self.text = None, ""
+        return events
+
+
+def response_usage(completion: CompletionOutput) -> dict[str, Any]:
+    prompt, generated = len(completion.prompt_token_ids), len(completion.token_ids)
+    return {"input_tokens": prompt,
+            "input_tokens_details": {"cached_tokens": completion.num_cached_tokens},
+            "output_tokens": generated, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": prompt + generated}
