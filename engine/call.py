@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.detokenizer import StopStringScanner
+from engine.logprobs import TokenLogprob
 from engine.sampling_params import SamplingParams
 from scheduler.call_state import CallStatus
 
@@ -41,6 +42,7 @@ class Call:
     queue_seconds: float = 0.0    # set when it finishes: time it waited (queued or swapped)
     service_seconds: float = 0.0  # set when it finishes: service charged to it
     first_token_time: float | None = None  # engine clock, when its first token was sampled
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # when params.logprobs is set
     finish_time: float | None = None
     # The engine's incremental text and stop-string scan, for a call with stop strings
     # (made at its first token; None for calls without stop strings).

@@ -5,16 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from engine.logprobs import TokenLogprob
 from scheduler.plan import SchedulePlan
 
 
 @dataclass(frozen=True)
 class StepResult:
     """`tokens[i]` is the token sampled for `plan.chunks[i]` (None for a prefill chunk that
-    does not reach its call's last token); `swap_seconds` is the time the copies took."""
+    does not reach its call's last token); `swap_seconds` is the time the copies took;
+    `logprobs[i]` its token's logprobs when its call asked for them (None: no call did)."""
 
     tokens: list[int | None]
     swap_seconds: float = 0.0
+    logprobs: list[TokenLogprob | None] | None = None
 
 
 class Executor(Protocol):

@@ -7,7 +7,7 @@ import math
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from engine.call import Call, FinishReason
 from engine.chat_prompt import ChatPrompt
@@ -207,6 +207,13 @@ class LLMEngine:
         self._set_result(call, FinishReason.ABORT, record)
         self._ended.append(StepOutput(call.call_id, [], True, FinishReason.ABORT))
 
+    def token_texts(self, token_ids: Iterable[int]) -> dict[int, str]:
+        """Each id's text, decoded alone (its id as text without a tokenizer). Safe from any
+        thread, like `tokenize_prompt`."""
+        if self.tokenizer is None:
+            return {i: str(i) for i in token_ids}
+        return {i: self.tokenizer.decode([i]) for i in token_ids}
+
     def tokenize_prompt(self, prompt: Prompt) -> list[int]:
         """The prompt's token ids, or a ValueError naming what is wrong with it. Safe from
         any thread: it reads only state fixed at construction (a server tokenizes off the
@@ -265,6 +272,8 @@ class LLMEngine:
         then cut stop strings and fix the results of finished calls. Also returns the final
         outputs of calls aborted, or failed with a step, since the last step."""
         now = self.clock()
+        logprobs = {c.call.call_id: lp for c, lp in zip(plan.chunks, result.logprobs)
+                    if lp is not None} if result.logprobs else {}
         sampled = self.scheduler.update(plan, result.tokens, now, result.swap_seconds)
         self.counters.swap_out_bytes += len(plan.swap_out) * self.kv_spec.bytes_per_block
         self.counters.swap_in_bytes += len(plan.swap_in) * self.kv_spec.bytes_per_block
@@ -281,7 +290,11 @@ class LLMEngine:
                 self._set_result(call, reason, item.record)
             elif reason is not None:
                 self._finish(call, reason)
-            outputs.append(StepOutput(call.call_id, [item.token], reason is not None, reason))
+            logprob = logprobs.get(call.call_id)
+            if logprob is not None:
+                call.logprobs.append(logprob)
+            outputs.append(StepOutput(call.call_id, [item.token], reason is not None, reason,
+                                      None if logprob is None else [logprob]))
         outputs, self._ended = self._ended + outputs, []
         return outputs
 
@@ -355,7 +368,8 @@ class LLMEngine:
             finish_reason=call.finish_reason or "", num_cached_tokens=call.num_cached_tokens,
             num_preemptions=call.num_preemptions, queue_seconds=call.queue_seconds,
             service_seconds=call.service_seconds, arrival_time=call.arrival_time,
-            first_token_time=call.first_token_time, finish_time=call.finish_time)
+            first_token_time=call.first_token_time, finish_time=call.finish_time,
+            logprobs=None if call.params.logprobs is None else list(call.logprobs))
 
     def stats(self) -> EngineStats:
         """The engine's live load and counters (see EngineStats)."""

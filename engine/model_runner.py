@@ -10,6 +10,7 @@ from engine.config import EngineConfig
 from engine.executor import StepResult
 from engine.kv_spec import kv_cache_spec
 from engine.loader import ModelFiles, load_model
+from engine.logprobs import token_logprobs
 from engine.parallel.comm import Communicator
 from engine.parallel.layers import shard_model
 from engine.parallel.layout import ShardLayout
@@ -58,10 +59,16 @@ class ModelRunner:
         if logits is None:
             return StepResult([], swap_seconds)
         sampling = [c for c in plan.chunks if c.samples]
-        sampled = iter(self.sampler(logits, [c.call.params for c in sampling],
-                                    [c.call.num_output_tokens for c in sampling]))
+        params = [c.call.params for c in sampling]
+        tokens = self.sampler(logits, params, [c.call.num_output_tokens for c in sampling])
+        wanted = [p.logprobs for p in params]
+        logprobs = (iter(token_logprobs(logits, tokens, wanted))
+                    if any(k is not None for k in wanted) else None)
+        sampled = iter(tokens)
         return StepResult([next(sampled) if c.samples else None for c in plan.chunks],
-                          swap_seconds)
+                          swap_seconds,
+                          None if logprobs is None else
+                          [next(logprobs) if c.samples else None for c in plan.chunks])
 
     @torch.inference_mode()
     def forward(self, step: StepInputs) -> tuple[torch.Tensor | None, float]:

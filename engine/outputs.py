@@ -4,22 +4,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.logprobs import TokenLogprob
+
 
 @dataclass(frozen=True)
 class StepOutput:
-    """Tokens one call produced in one engine step."""
+    """Tokens one call produced in one engine step (with their logprobs when it asked)."""
 
     call_id: str
     new_token_ids: list[int]
     finished: bool
     finish_reason: str | None
+    logprobs: list[TokenLogprob] | None = None
 
 
 @dataclass(frozen=True)
 class CompletionOutput:
     """A finished call: generated ids, their text (stop string cut off), why it ended, and
     its usage (prompt tokens are `len(prompt_token_ids)`) and its times on the engine's clock:
-    arrival, first token (None if it produced none) and finish."""
+    arrival, first token (None if it produced none) and finish. `logprobs`: one per generated
+    token when the call asked for them (`SamplingParams.logprobs`), else None."""
 
     call_id: str
     prompt_token_ids: list[int]
@@ -33,3 +37,4 @@ class CompletionOutput:
     arrival_time: float
     first_token_time: float | None
     finish_time: float
+    logprobs: list[TokenLogprob] | None = None

@@ -11,6 +11,7 @@ GREEDY_BELOW = 1e-5  # a temperature this small samples greedily (logits / T wou
 MAX_STOP_STRINGS = 16
 MAX_STOP_STRING_CHARS = 256
 MAX_STOP_TOKEN_IDS = 64
+MAX_LOGPROBS = 20  # OpenAI's bound on top_logprobs
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,8 @@ class SamplingParams:
     Greedy when `temperature` is below 1e-5 (0 by default). `top_k == 0` and `top_p == 1`
     disable those filters.
     A `seed` makes the call's sampling reproducible, independent of its batch neighbours.
+    `logprobs` (0 to 20; None: off) returns each sampled token's log-probability and that
+    many most likely alternatives (`engine.logprobs`).
     A call stops at `max_tokens`, at any of `stop_token_ids`, at the model's EOS unless
     `ignore_eos`, or when its text ends with one of the `stop` strings (which is cut off).
     At most MAX_STOP_STRINGS stop strings of 1 to MAX_STOP_STRING_CHARS characters each, and at
@@ -34,6 +37,8 @@ class SamplingParams:
     stop: tuple[str, ...] = field(default_factory=tuple)
     stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
     ignore_eos: bool = False
+    logprobs: int | None = None  # each token's logprob and this many top alternatives
+
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -60,6 +65,10 @@ class SamplingParams:
         if (longest := max((len(s) for s in self.stop), default=0)) > MAX_STOP_STRING_CHARS:
             raise ValueError(f"stop: each stop string may have at most {MAX_STOP_STRING_CHARS} "
                              f"characters, got one of {longest}")
+        if self.logprobs is not None and (isinstance(self.logprobs, bool) or not isinstance(
+                self.logprobs, int) or not 0 <= self.logprobs <= MAX_LOGPROBS):
+            raise ValueError(f"logprobs: must be an integer in [0, {MAX_LOGPROBS}] (None: "
+                             f"off), got {self.logprobs!r}")
         if len(self.stop_token_ids) > MAX_STOP_TOKEN_IDS:
             raise ValueError(f"stop_token_ids: at most {MAX_STOP_TOKEN_IDS} ids, got "
                              f"{len(self.stop_token_ids)}")

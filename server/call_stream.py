@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from engine import CompletionOutput
+from engine.logprobs import TokenLogprob
 from server.errors import UnreadStreamError
 
 log = logging.getLogger(__name__)
@@ -22,10 +23,12 @@ MAX_UNREAD_ITEMS = 1024
 
 @dataclass(frozen=True)
 class StreamDelta:
-    """New tokens of a call and the text they settled (may be empty)."""
+    """New tokens of a call and the text they settled (may be empty), with the tokens'
+    logprobs when the call asked for them."""
 
     token_ids: list[int]
     text: str
+    logprobs: list[TokenLogprob] | None = None
 
 
 @dataclass(frozen=True)

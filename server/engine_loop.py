@@ -266,7 +266,7 @@ class EngineLoop:
                 continue
             if not out.finished:
                 text = tracked.text.push(out.new_token_ids)
-                tracked.stream.put(StreamDelta(list(out.new_token_ids), text))
+                tracked.stream.put(StreamDelta(list(out.new_token_ids), text, out.logprobs))
                 continue
             del self._streams[out.call_id]
             completion = self._pop(out.call_id)
@@ -274,7 +274,7 @@ class EngineLoop:
                 completion = replace(completion, finish_reason=SHUTDOWN)
             rest = tracked.text.finish(completion.text)
             if out.new_token_ids or rest:
-                tracked.stream.put(StreamDelta(list(out.new_token_ids), rest))
+                tracked.stream.put(StreamDelta(list(out.new_token_ids), rest, out.logprobs))
             tracked.stream.put(StreamFinal(completion))
         if self._streams and not self.engine.has_unfinished_calls():
             self._reap_orphans()

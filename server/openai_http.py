@@ -57,7 +57,9 @@ from server.openai_protocol import (ChatCompletionRequest, CompletionRequest, ch
                                     chunk_delta, envelope, first_call_only, for_choice,
                                     fragment_chunk, now_seconds, text_choice,
                                     tool_calls_finish, usage)
+from engine.logprobs import TokenLogprob
 from server.namespace import Namespace, new_id
+from server.openai_logprobs import chat_logprobs, completion_logprobs, token_ids_of
 from server.openai_responses import (ResponseEvents, ResponsesRequest, final_status,
                                      output_items, response_object, response_usage)
 from server.prompts import PromptTokenizer
@@ -326,16 +328,28 @@ class OpenAIDoor:
         completions = await self.finish_calls(request, started)
         if completions is None:  # the client went away: its calls are aborted
             return Response(status_code=CLIENT_CLOSED_REQUEST)
+        logprobs = [await self._logprobs(kind, c.logprobs) for c in completions]
         if kind == "chat.completion":
             choices = [chat_choice(i, c, body.return_token_ids,
-                                   _parsed(parser_name, c.text, body.parallel_tool_calls))
+                                   _parsed(parser_name, c.text, body.parallel_tool_calls),
+                                   logprobs[i])
                        for i, c in enumerate(completions)]
         else:
-            choices = [text_choice(i, c, body.return_token_ids)
+            choices = [text_choice(i, c, body.return_token_ids, logprobs[i])
                        for i, c in enumerate(completions)]
         return JSONResponse(envelope(
             kind, response_id, self.model_name, now_seconds(), choices,
             usage=usage(completions), program_id=ns.outer(program_id) if named else ""))
+
+    async def _logprobs(self, kind: str, entries: list[TokenLogprob] | None,
+                        offset: int = 0) -> dict[str, Any] | None:
+        """`entries` in the OpenAI shape of `kind` (chat or completions; None: not asked)."""
+        if entries is None:
+            return None
+        texts = await self.prompts.token_texts(token_ids_of(entries))
+        if kind.startswith("chat.completion"):
+            return chat_logprobs(entries, texts)
+        return completion_logprobs(entries, texts, offset)
 
     async def start_calls(self, request: Request, body,
                           prompt_of: Callable[[], str | list[int] | ChatPrompt]) -> StartedCalls:
@@ -442,17 +456,25 @@ class OpenAIDoor:
             completions: list[CompletionOutput | None] = [None] * len(streams)
             calls = [_StreamedCalls(parser_name, body.parallel_tool_calls) if parser_name
                      else None for _ in streams]
+            offsets = [0] * len(streams)  # characters streamed per choice (text_offset)
             async with contextlib.aclosing(_merge(streams)) as merged:
                 async for index, item in merged:
                     parsed = calls[index]
                     if isinstance(item, StreamDelta):
                         token_ids = item.token_ids if ids else None
+                        logprobs = await self._logprobs(kind, item.logprobs, offsets[index])
+                        if logprobs is not None and "text_offset" in logprobs:
+                            offsets[index] += sum(len(t) for t in logprobs["tokens"])
                         if parsed is None:
-                            yield event([chunk_delta(kind, index, item.text, token_ids, None)])
+                            yield event([chunk_delta(kind, index, item.text, token_ids, None,
+                                                     logprobs=logprobs)])
                         else:
-                            for fragment in parsed.feed(item.text, token_ids is not None):
-                                yield event([fragment_chunk(index, fragment, token_ids)])
+                            for fragment in parsed.feed(item.text, token_ids is not None
+                                                        or logprobs is not None):
+                                yield event([fragment_chunk(index, fragment, token_ids,
+                                                            logprobs)])
                                 token_ids = [] if ids else None  # sent with the first
+                                logprobs = None
                         continue
                     completions[index] = item.completion
                     reason = item.completion.finish_reason

@@ -3,10 +3,12 @@
 Requests accept the OpenAI fields this engine can honour, plus the usual extras of open
 servers (`top_k`, `ignore_eos`, `return_token_ids`) and Agentix's own (`program_id`,
 `program_class`, `thread_id`, `expected_tool_seconds`, `ttft_slo_seconds`); other unknown
-fields are ignored, as OpenAI clients send many. Fields it cannot honour (`logprobs`,
-`echo`, `best_of`, `suffix`, `tool_choice` other than "none"/"auto" (a forced call needs
-constrained decoding), `response_format` other than "text") are refused with a 400 naming
-them, never dropped in silence. Sampling defaults follow OpenAI:
+fields are ignored, as OpenAI clients send many. `logprobs` (chat: a bool with
+`top_logprobs` 0-20; completions: 0-5 alternatives) returns each generated token's logprob
+(`server.openai_logprobs`). Fields it cannot honour (`echo`, `best_of`, `suffix`,
+`tool_choice` other than "none"/"auto" (a forced call needs constrained decoding),
+`response_format` other than "text") are refused with a 400 naming them, never dropped in
+silence. Sampling defaults follow OpenAI:
 temperature 1, top_p 1; `max_tokens` defaults to 16 on /v1/completions and to the rest of
 the context on chat.
 """
@@ -47,16 +49,17 @@ class _Body(BaseModel):
     thread_id: str | None = None
     expected_tool_seconds: float | None = None
     ttft_slo_seconds: float | None = None  # first-token deadline (engine.llm_engine.check_ttft_slo)
-    # Accepted only at their "off" values (see the module docstring).
-    logprobs: Any = None
+    # Accepted only at its "off" value (see the module docstring).
     best_of: int | None = None
 
     def unsupported(self) -> str | None:
         """The first field set to a value this engine cannot honour, or None."""
-        if self.logprobs not in (None, False, 0):
-            return "logprobs"
         if self.best_of not in (None, 1):
             return "best_of"
+        return None
+
+    def logprobs_wanted(self) -> int | None:
+        """How many top alternatives each token's logprobs carry (None: no logprobs)."""
         return None
 
     def stops(self) -> tuple[str, ...]:
@@ -71,7 +74,7 @@ class _Body(BaseModel):
         return SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
                               seed=self.seed, max_tokens=max_tokens, stop=self.stops(),
                               stop_token_ids=tuple(self.stop_token_ids),
-                              ignore_eos=self.ignore_eos)
+                              ignore_eos=self.ignore_eos, logprobs=self.logprobs_wanted())
 
 
 class ChatCompletionRequest(_Body):
@@ -81,6 +84,11 @@ class ChatCompletionRequest(_Body):
     tool_choice: Any = None
     parallel_tool_calls: bool = True
     response_format: dict[str, Any] | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+
+    def logprobs_wanted(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     def unsupported(self) -> str | None:
         if self.tools and self.tool_choice not in (None, "none", "auto"):
@@ -106,6 +114,10 @@ class CompletionRequest(_Body):
     prompt: str | list[int] | list[str]
     echo: bool = False
     suffix: str | None = None
+    logprobs: int | None = Field(default=None, ge=0, le=5)
+
+    def logprobs_wanted(self) -> int | None:
+        return self.logprobs
 
     def unsupported(self) -> str | None:
         if self.echo:
@@ -150,7 +162,8 @@ def usage(completions: list[CompletionOutput]) -> dict[str, Any]:
 
 
 def chat_choice(index: int, completion: CompletionOutput, token_ids: bool,
-                parsed: ParsedOutput | None = None) -> dict[str, Any]:
+                parsed: ParsedOutput | None = None,
+                logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
     """One choice of a chat response; with `parsed` (its output split by a tool parser), the
     message carries the tool calls and finishes with "tool_calls" when it has any."""
     message: dict[str, Any] = {"role": "assistant", "content": completion.text}
@@ -161,7 +174,7 @@ def chat_choice(index: int, completion: CompletionOutput, token_ids: bool,
             message["tool_calls"] = [call.to_openai() for call in parsed.tool_calls]
             finish_reason = tool_calls_finish(finish_reason)
     choice = {"index": index, "message": message, "finish_reason": finish_reason,
-              "logprobs": None}
+              "logprobs": logprobs}
     if token_ids:
         choice["token_ids"] = list(completion.token_ids)
     return choice
@@ -178,9 +191,10 @@ def first_call_only(parsed: ParsedOutput) -> ParsedOutput:
     return ParsedOutput(parsed.content, parsed.tool_calls[:1])
 
 
-def text_choice(index: int, completion: CompletionOutput, token_ids: bool) -> dict[str, Any]:
+def text_choice(index: int, completion: CompletionOutput, token_ids: bool,
+                logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
     choice = {"index": index, "text": completion.text,
-              "finish_reason": completion.finish_reason, "logprobs": None}
+              "finish_reason": completion.finish_reason, "logprobs": logprobs}
     if token_ids:
         choice["token_ids"] = list(completion.token_ids)
     return choice
@@ -194,25 +208,26 @@ def envelope(kind: Literal["chat.completion", "chat.completion.chunk", "text_com
 
 
 def chunk_delta(kind: str, index: int, text: str, token_ids: list[int] | None,
-                finish_reason: str | None, role: bool = False) -> dict[str, Any]:
+                finish_reason: str | None, role: bool = False,
+                logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
     """One choice of a streamed chunk: chat chunks carry a `delta`, completions `text`."""
     if kind == "chat.completion.chunk":
         delta: dict[str, Any] = {"role": "assistant", "content": text} if role else {
             "content": text}
         choice = {"index": index, "delta": delta if (text or role) else {},
-                  "finish_reason": finish_reason, "logprobs": None}
+                  "finish_reason": finish_reason, "logprobs": logprobs}
     else:
         choice = {"index": index, "text": text, "finish_reason": finish_reason,
-                  "logprobs": None}
+                  "logprobs": logprobs}
     if token_ids is not None:
         choice["token_ids"] = token_ids
     return choice
 
 
-def fragment_chunk(index: int, fragment: dict[str, Any], token_ids: list[int] | None
-                   ) -> dict[str, Any]:
+def fragment_chunk(index: int, fragment: dict[str, Any], token_ids: list[int] | None,
+                   logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
     """One choice of a streamed chat chunk whose delta is a tool parser's fragment."""
-    choice = {"index": index, "delta": fragment, "finish_reason": None, "logprobs": None}
+    choice = {"index": index, "delta": fragment, "finish_reason": None, "logprobs": logprobs}
     if token_ids is not None:
         choice["token_ids"] = token_ids
     return choice

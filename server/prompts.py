@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 from engine import ChatPrompt, LLMEngine
@@ -61,6 +62,12 @@ class PromptTokenizer:
                              f"{self.max_prompt_bytes} (max_prompt_bytes)")
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, self._engine.tokenize_prompt, prompt)
+
+    async def token_texts(self, token_ids: Iterable[int]) -> dict[int, str]:
+        """Each id's text, decoded alone (logprobs' tokens), off the engine thread."""
+        ids = list(token_ids)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self._engine.token_texts, ids)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
