@@ -39,6 +39,9 @@ from server.tool_parsers import make_tool_parser
 
 HEALTH_SERVICE_NAME = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 HANDLER_GRACE = 1.0  # after the engine drained: time for handlers to send their last message
+# Open HTTP connections and requests in flight one HTTP port serves at once; past it uvicorn
+# answers 503 at once (idle or slow clients cannot grow the server without bound).
+MAX_HTTP_CONNECTIONS = 2048
 HEALTH_POLL_SECONDS = 0.5
 MESSAGE_OVERHEAD_BYTES = 1 << 20
 log = logging.getLogger(__name__)
@@ -124,7 +127,8 @@ class _HttpServer:
         self.sock = sock
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False,
-                                timeout_graceful_shutdown=HANDLER_GRACE)
+                                timeout_graceful_shutdown=HANDLER_GRACE,
+                                limit_concurrency=MAX_HTTP_CONNECTIONS)
         self._server = uvicorn.Server(config)
         self._task: asyncio.Task | None = None
 

@@ -41,6 +41,7 @@ import grpc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine import ChatPrompt, CompletionOutput
 from engine.errors import UnknownProgramError
@@ -586,6 +587,13 @@ def _install_errors(app: FastAPI) -> None:
         param = ".".join(where) or None
         return error_response(400, f"{param or 'body'}: {first.get('msg', 'invalid request')}",
                               param)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def on_starlette_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # FastAPI's own refusals (a body it cannot parse: invalid UTF-8, JSON nested past
+        # the parser's depth) in OpenAI's body.
+        message = "body: not valid JSON" if exc.status_code == 400 else str(exc.detail)
+        return error_response(exc.status_code, message)
 
     @app.exception_handler(ServerError)
     async def on_server_error(_: Request, exc: ServerError) -> JSONResponse:
