@@ -3,8 +3,10 @@ relay the replica's stream unchanged, fold the final usage into the program.
 
 Retry rules. A call is retried on another replica, with the same call id, transparently,
 while nothing of it has reached the client: when its replica is unreachable or lost
-(UNAVAILABLE, or cut by the health check), refuses it while draining (UNAVAILABLE), or
-cuts it for its shutdown (a final "shutdown" message before any delta). The failed replica
+(UNAVAILABLE, or cut by the health check), does not answer the program's StartProgram in
+time (DEADLINE_EXCEEDED: frozen or hung; if it did start the program, its TTL ends it
+there), refuses it while draining (UNAVAILABLE), or cuts it for its shutdown (a final
+"shutdown" message before any delta). The failed replica
 is left out for the rest of the call and checked at once; when no healthy replica is left
 the call fails with UNAVAILABLE. A replica that answers NOT_FOUND for a program the router
 still has (it restarted between two health checks, or its TTL expired the program there
@@ -69,7 +71,8 @@ async def relay(router: Router, forward: pb.GenerateRequest, metadata: list[tupl
             try:
                 await router.ensure_started(program_id, replica, metadata)
             except grpc.aio.AioRpcError as exc:
-                if not _retryable(exc, False):
+                if not (_retryable(exc, False)
+                        or exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED):
                     raise
                 log.info("replica %d refused StartProgram (%s): retrying elsewhere",
                          replica.index, exc.code().name)

@@ -1,0 +1,141 @@
+"""The router under chaos, each case bounded in time: a replica that hangs while its health
+still answers, a replica frozen by SIGSTOP and thawed by SIGCONT, and the router itself
+stopped while clients stream. Every program finishes (its client retrying what was cut), or
+ends with a clear retryable status, and no call is left on any replica."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import grpc
+import pytest
+from grpc_helpers import start, wait_idle
+from router_helpers import TOKEN, ReplicaProcess, router_over, wait_until
+
+from scheduler.placement import make_placement
+from server import agentix_pb2 as pb
+from server import agentix_pb2_grpc
+from server.client import AgentixClient
+
+
+def run_programs(address: str, count: int, calls: int, max_tokens: int) -> list:
+    """Run `count` programs of `calls` calls each at once (the client retrying UNAVAILABLE
+    3 times); returns the errors."""
+    errors: list = []
+
+    def one(index: int) -> None:
+        try:
+            with AgentixClient(address, retry_unavailable=3) as client, \
+                    client.program() as prog:
+                for c in range(calls):
+                    out = prog.generate([1, 5 + index, 6 + c], max_tokens=max_tokens,
+                                        ignore_eos=True)
+                    assert len(out.token_ids) == max_tokens
+        except Exception as exc:  # reported by the caller
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    return errors
+
+
+def test_a_replica_that_hangs_with_its_health_answering_is_avoided(tiny_llama_dir):
+    """Replica 0's engine thread blocks for 4 s while its gRPC health still answers: its
+    stall detection (1 s) turns it NOT_SERVING, the router places new calls on replica 1
+    meanwhile, and once the engine moves again every call finishes on one or the other."""
+    replicas = [start(tiny_llama_dir, router_token=TOKEN, health_stall_seconds=1.0)
+                for _ in range(2)]
+    router = router_over(replicas, make_placement("least_loaded"))
+    try:
+        core = router.router
+        hang = threading.Thread(target=lambda: replicas[0].engine_loop.call(
+            lambda engine: time.sleep(4.0)))
+        hang.start()
+        # The engine thread is held: a call queued there now makes it "stalled with work".
+        wait_until(lambda: not router.call(lambda: core.replicas[0].healthy), timeout=10,
+                   what="replica 0 not serving")
+        assert not run_programs(router.address, count=4, calls=2, max_tokens=4)
+        hang.join(10)
+        wait_until(lambda: router.call(lambda: core.replicas[0].healthy), timeout=10,
+                   what="replica 0 serving again")
+        for replica in replicas:
+            wait_idle(replica, timeout=10)
+    finally:
+        router.stop(grace=0)
+        for replica in replicas:
+            replica.stop(grace=0)
+
+
+@pytest.mark.slow
+def test_sigstop_and_sigcont_of_a_replica_under_load(tiny_llama_dir, tmp_path):
+    """A frozen replica answers nothing: after 3 health checks time out it is lost, its
+    calls are cut and retried on the other one, every program finishes; thawed, it serves
+    again and the router uses it."""
+    token_file = tmp_path / "router-token"
+    token_file.write_text(TOKEN + "\n")
+    procs = [ReplicaProcess(tiny_llama_dir, token_file) for _ in range(2)]
+    router = None
+    try:
+        addresses = [p.wait_ready() for p in procs]
+        router = router_over(addresses, make_placement("round_robin"))
+        core = router.router
+        errors: list = []
+        load = threading.Thread(target=lambda: errors.extend(
+            run_programs(router.address, count=4, calls=3, max_tokens=24)))
+        load.start()
+        wait_until(lambda: router.call(lambda: bool(core.replicas[0].attempts)), timeout=30,
+                   what="a call on replica 0")
+        os.kill(procs[0].process.pid, signal.SIGSTOP)
+        try:
+            wait_until(lambda: not router.call(lambda: core.replicas[0].healthy), timeout=30,
+                       what="replica 0 lost")
+            load.join(120)
+            assert not errors, errors
+        finally:
+            os.kill(procs[0].process.pid, signal.SIGCONT)
+        wait_until(lambda: router.call(lambda: core.replicas[0].healthy), timeout=30,
+                   what="replica 0 serving again")
+        assert not run_programs(router.address, count=2, calls=2, max_tokens=2)
+        for address in addresses:  # nothing left on either replica
+            def idle() -> bool:
+                with grpc.insecure_channel(address) as channel:
+                    stats = agentix_pb2_grpc.AgentixStub(channel).EngineStats(
+                        pb.EngineStatsRequest())
+                return (stats.calls_running, stats.calls_waiting, stats.kv_blocks_used) == \
+                    (0, 0, 0)
+            wait_until(idle, timeout=30, what=f"{address} idle")
+    finally:
+        if router is not None:
+            router.stop(grace=0)
+        for proc in procs:
+            proc.stop()
+
+
+def test_stopping_the_router_mid_stream_ends_the_stream_retryably_and_leaves_nothing(
+        tiny_llama_dir):
+    replica = start(tiny_llama_dir, router_token=TOKEN)
+    router = router_over([replica], make_placement("round_robin"))
+    try:
+        channel = grpc.insecure_channel(router.address)
+        stub = agentix_pb2_grpc.AgentixStub(channel)
+        request = pb.GenerateRequest(token_ids=pb.TokenIds(ids=[1, 5, 6]),
+                                     sampling=pb.SamplingParams(max_tokens=200,
+                                                                ignore_eos=True))
+        stream = stub.Generate(request, timeout=60)
+        next(stream)  # streaming has begun
+        router.stop(grace=0)
+        with pytest.raises(grpc.RpcError) as info:
+            for _ in stream:
+                pass
+        assert info.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+        channel.close()
+        wait_idle(replica, timeout=10)  # the replica aborted the router's call
+    finally:
+        router.stop(grace=0)
+        replica.stop(grace=0)
