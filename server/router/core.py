@@ -13,6 +13,7 @@ token file: the tenant's own when it acts for one.
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import time
 from dataclasses import dataclass
@@ -37,15 +38,50 @@ class NoReplicaError(Exception):
     """No healthy replica can take the call (UNAVAILABLE)."""
 
 
+class CallPhase(enum.Enum):
+    """Where a routed call is in its life (`RoutedCall.move` allows only the transitions in
+    PHASE_MOVES)."""
+
+    PLACING = "placing"      # choosing a replica: first, or again after a retryable failure
+    STARTING = "starting"    # its program is being started on the chosen replica
+    FORWARDED = "forwarded"  # forwarded; nothing relayed yet, so it may still be retried
+    STREAMING = "streaming"  # part of it reached the client: never retried from here
+    DONE = "done"            # its final message was relayed
+
+
+PHASE_MOVES = {
+    CallPhase.PLACING: {CallPhase.STARTING, CallPhase.FORWARDED},
+    CallPhase.STARTING: {CallPhase.FORWARDED, CallPhase.PLACING},
+    CallPhase.FORWARDED: {CallPhase.STREAMING, CallPhase.DONE, CallPhase.PLACING},
+    CallPhase.STREAMING: {CallPhase.STREAMING, CallPhase.DONE},
+    CallPhase.DONE: set(),
+}
+
+
 @dataclass(eq=False)
 class RoutedCall:
-    """A call in flight through the router: its current attempt (None between attempts),
-    whether any of it reached the client (then it is not retried here)."""
+    """A call in flight through the router: its `phase`, the replica it was last placed on,
+    its current attempt (None between attempts), its final message once relayed, and
+    whether the client aborted it."""
 
     call_id: str
+    phase: CallPhase = CallPhase.PLACING
+    replica: int | None = None
     attempt: Attempt | None = None
+    final: pb.Final | None = None
     aborted: bool = False
-    streamed: bool = False
+
+    @property
+    def streamed(self) -> bool:
+        """Whether any of it reached the client (then it is not retried here)."""
+        return self.phase in (CallPhase.STREAMING, CallPhase.DONE)
+
+    def move(self, phase: CallPhase) -> None:
+        """Go to `phase`; RuntimeError (a router bug) for a move PHASE_MOVES does not allow."""
+        if phase not in PHASE_MOVES[self.phase]:
+            raise RuntimeError(f"call {self.call_id}: {self.phase.value} -> {phase.value} "
+                               f"is not a call's move")
+        self.phase = phase
 
 
 class Router:

@@ -30,7 +30,8 @@ import grpc
 
 from scheduler.placement.base import PlacementRequest
 from server import agentix_pb2 as pb
-from server.router.core import RoutedCall, Router
+from server.router.core import CallPhase, RoutedCall, Router
+from server.router.replica import Replica
 from server.router.prompts import PromptShape
 from server.wire import SHUTDOWN
 
@@ -38,7 +39,13 @@ log = logging.getLogger(__name__)
 
 
 class _Retry(Exception):
-    """The attempt failed before anything reached the client: try another replica."""
+    """The attempt failed before anything reached the client: try another replica, or with
+    `forgotten`, the replica answered NOT_FOUND for a program the router still has (start
+    it there again, then bar the replica)."""
+
+    def __init__(self, forgotten: bool = False) -> None:
+        super().__init__()
+        self.forgotten = forgotten
 
 
 class LostMidStream(Exception):
@@ -51,102 +58,114 @@ def _retryable(exc: grpc.aio.AioRpcError, lost: bool) -> bool:
 
 async def relay(router: Router, forward: pb.GenerateRequest, metadata: list[tuple[str, str]],
                 shape: PromptShape, placement: PlacementRequest, routed: RoutedCall,
-                program_id: str | None, state: dict) -> AsyncIterator[pb.GenerateResponse]:
+                program_id: str | None) -> AsyncIterator[pb.GenerateResponse]:
     """Yield the call's responses from whichever replica serves it (see the module
-    docstring). `state["streamed"]` tells the caller whether anything was relayed,
-    `state["final"]` the final message once seen, `state["replica"]` the last replica.
-    Raises NoReplicaError (core), LostMidStream, or the replica's AioRpcError to relay."""
+    docstring), moving `routed` through its phases (core.CallPhase): PLACING -> (STARTING
+    ->) FORWARDED -> STREAMING -> DONE, back to PLACING after a retryable failure before
+    anything was relayed. Raises NoReplicaError (core), LostMidStream, or the replica's
+    AioRpcError to relay."""
     excluded: set[int] = set()
     restarted: set[int] = set()  # replicas the program was started on again (NOT_FOUND)
-    while True:
-        if routed.aborted:
-            return
+    while not routed.aborted:
         routed_program = (router.programs.routed.get(program_id)
                           if program_id is not None else None)
         barred = routed_program.barred if routed_program is not None else set()
         replica = router.place(placement, excluded | barred)
-        state["replica"] = replica.index
-        if program_id is not None:
-            router.programs.placed(program_id, replica.index)
-            try:
-                await router.ensure_started(program_id, replica, metadata)
-            except grpc.aio.AioRpcError as exc:
-                if not (_retryable(exc, False)
-                        or exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED):
-                    raise
-                log.info("replica %d refused StartProgram (%s): retrying elsewhere",
-                         replica.index, exc.code().name)
-                excluded.add(replica.index)
-                replica.suspect()
-                router.retried += 1
-                continue
-        attempt = replica.forward(forward, metadata, shape.num_tokens)
-        routed.attempt = attempt
+        routed.replica = replica.index
         try:
-            async for response in attempt.call:
-                is_final = response.WhichOneof("kind") == "final"
-                if is_final and response.final.finish_reason == SHUTDOWN \
-                        and not state["streamed"]:
-                    raise _Retry()
-                if is_final:
-                    state["final"] = response.final
-                    router.observe(placement, replica.index, response.final.usage)
-                state["streamed"] = routed.streamed = True
+            if program_id is not None:
+                await _start_program(router, routed, program_id, replica, metadata)
+            routed.move(CallPhase.FORWARDED)
+            async for response in _attempt(router, forward, metadata, shape, placement,
+                                           routed, replica, program_id):
                 yield response
-            if state["final"] is not None:
-                return
-            if state["streamed"]:  # the stream ended without its final message
+            return
+        except _Retry as retry:
+            if retry.forgotten:
+                _forgotten(router, program_id, replica.index, restarted)
+            else:
+                excluded.add(replica.index)
+                router.retried += 1
+            routed.move(CallPhase.PLACING)
+
+
+async def _start_program(router: Router, routed: RoutedCall, program_id: str,
+                         replica: Replica, metadata: list[tuple[str, str]]) -> None:
+    """STARTING: the program started on `replica` (once); _Retry when the replica is
+    unreachable or does not answer in time."""
+    routed.move(CallPhase.STARTING)
+    router.programs.placed(program_id, replica.index)
+    try:
+        await router.ensure_started(program_id, replica, metadata)
+    except grpc.aio.AioRpcError as exc:
+        if not (_retryable(exc, False) or exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED):
+            raise
+        log.info("replica %d refused StartProgram (%s): retrying elsewhere", replica.index,
+                 exc.code().name)
+        replica.suspect()
+        raise _Retry() from exc
+
+
+async def _attempt(router: Router, forward: pb.GenerateRequest,
+                   metadata: list[tuple[str, str]], shape: PromptShape,
+                   placement: PlacementRequest, routed: RoutedCall, replica: Replica,
+                   program_id: str | None) -> AsyncIterator[pb.GenerateResponse]:
+    """One forwarded attempt, FORWARDED -> STREAMING -> DONE; _Retry when it failed before
+    anything was relayed (the caller places it again), LostMidStream when its replica was
+    lost after that, the replica's own error otherwise."""
+    attempt = replica.forward(forward, metadata, shape.num_tokens)
+    routed.attempt = attempt
+    try:
+        async for response in attempt.call:
+            is_final = response.WhichOneof("kind") == "final"
+            if is_final and response.final.finish_reason == SHUTDOWN and not routed.streamed:
+                raise _Retry()  # cut for the replica's shutdown before any delta
+            if is_final:
+                routed.final = response.final
+                router.observe(placement, replica.index, response.final.usage)
+            routed.move(CallPhase.DONE if is_final else CallPhase.STREAMING)
+            yield response
+        if routed.final is None:  # the stream ended without its final message
+            if routed.streamed:
                 raise LostMidStream(replica)
-            excluded.add(replica.index)
-            router.retried += 1
-        except _Retry:
-            excluded.add(replica.index)
-            router.retried += 1
-        except asyncio.CancelledError:
-            # grpc.aio raises this for a call cancelled here: by the health check when the
-            # replica was lost (retry or fail it), or by our own task's cancellation.
-            task = asyncio.current_task()
-            if not attempt.lost or (task is not None and task.cancelling()):
-                raise
-            if state["streamed"]:
-                raise LostMidStream(replica) from None
-            excluded.add(replica.index)
-            router.retried += 1
-        except grpc.aio.AioRpcError as exc:
-            if state["final"] is not None:
-                raise  # after the final message (a drain's UNAVAILABLE): relay it
-            if _forgotten(router, exc, program_id, replica.index, restarted, state):
-                continue
-            if not _retryable(exc, attempt.lost):
-                raise
-            if state["streamed"]:
-                replica.suspect()
-                raise LostMidStream(replica) from exc
-            log.info("call %s: replica %d failed before streaming (%s): retrying",
-                     routed.call_id, replica.index, exc.code().name)
-            excluded.add(replica.index)
-            replica.suspect()
-            router.retried += 1
-        finally:
-            routed.attempt = None
-            replica.done(attempt)
+            raise _Retry()
+    except asyncio.CancelledError:
+        # grpc.aio raises this for a call cancelled here: by the health check when the
+        # replica was lost (retry or fail it), or by our own task's cancellation.
+        task = asyncio.current_task()
+        if not attempt.lost or (task is not None and task.cancelling()):
+            raise
+        if routed.streamed:
+            raise LostMidStream(replica) from None
+        raise _Retry() from None
+    except grpc.aio.AioRpcError as exc:
+        if routed.final is not None:
+            raise  # after the final message (a drain's UNAVAILABLE): relay it
+        if exc.code() == grpc.StatusCode.NOT_FOUND and not routed.streamed \
+                and program_id is not None and program_id in router.programs.routed:
+            raise _Retry(forgotten=True) from exc
+        if not _retryable(exc, attempt.lost):
+            raise
+        replica.suspect()
+        if routed.streamed:
+            raise LostMidStream(replica) from exc
+        log.info("call %s: replica %d failed before streaming (%s): retrying",
+                 routed.call_id, replica.index, exc.code().name)
+        raise _Retry() from exc
+    finally:
+        routed.attempt = None
+        replica.done(attempt)
 
 
-def _forgotten(router: Router, exc: grpc.aio.AioRpcError, program_id: str | None,
-               replica: int, restarted: set[int], state: dict) -> bool:
-    """Whether the replica lost track of a program the router still has (NOT_FOUND before
-    anything streamed): the first time, it is to be started there again; the second, the
-    replica is barred for the program. Either way the call is placed again."""
-    if exc.code() != grpc.StatusCode.NOT_FOUND or program_id is None or state["streamed"]:
-        return False
-    routed = router.programs.routed.get(program_id)
-    if routed is None:
-        return False
+def _forgotten(router: Router, program_id: str, replica: int, restarted: set[int]) -> None:
+    """The replica lost track of a program the router still has (NOT_FOUND before anything
+    streamed): the first time, the program is to be started there again; the second, the
+    replica is barred for the program's calls."""
+    routed = router.programs.routed[program_id]
     routed.started_on.discard(replica)
     if replica in restarted:
         routed.barred.add(replica)
     restarted.add(replica)
-    return True
 
 
 __all__ = ["LostMidStream", "relay"]

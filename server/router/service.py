@@ -157,14 +157,13 @@ class RouterServicer:
         routed = router.calls[inner_call] = RoutedCall(inner_call)
         placement = PlacementRequest(program_id or inner_call, shape.num_tokens,
                                      shape.block_hashes)
-        state = {"streamed": False, "final": None, "replica": None}
         lost = False
         try:
             # aclosing: leaving early (the client went away) closes the relay at once, which
             # cancels the forwarded call, so the replica aborts it and frees its blocks.
             async with contextlib.aclosing(relay(router, forward, router.forwarded(metadata),
-                                                 shape, placement, routed, program_id,
-                                                 state)) as responses:
+                                                 shape, placement, routed,
+                                                 program_id)) as responses:
                 async for response in responses:
                     if record is not None and response.WhichOneof("kind") == "final":
                         usage = response.final.usage
@@ -173,7 +172,7 @@ class RouterServicer:
                                                     usage.completion_tokens)
                         record = None  # folded before the client sees the final message
                     yield response
-            if routed.aborted and state["final"] is None:
+            if routed.aborted and routed.final is None:
                 yield pb.GenerateResponse(call_id=call_id, final=pb.Final(
                     finish_reason="abort", usage=pb.Usage(prompt_tokens=shape.num_tokens)))
         except LostMidStream as exc:
