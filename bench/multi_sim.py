@@ -202,7 +202,8 @@ class MultiDriver(Driver):
         prompt = self.prompts.prompt(program.index, call, program.trace)
         loads = [replica_load(r.index, r.engine.stats()) for r in self.replicas]
         request = PlacementRequest(program.trace.program_id, len(prompt),
-                                   self._block_hashes(program.index, prompt))
+                                   self._block_hashes(program.index, prompt),
+                                   self.block_size)
         index = self.placement.place(request, loads)
         if not (isinstance(index, int) and 0 <= index < len(self.replicas)):
             raise ValueError(f"placement {self.placement.name or type(self.placement).__name__}"

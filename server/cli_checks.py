@@ -22,7 +22,8 @@ try:  # the placement registry (scheduler/placement/__init__.py), torch-free
     from scheduler.placement import PLACEMENTS as _PLACEMENTS
     PLACEMENT_NAMES: tuple[str, ...] = tuple(_PLACEMENTS)
 except ImportError:
-    PLACEMENT_NAMES = ("agentix", "round_robin", "least_loaded", "pinned", "prefix_aware")
+    PLACEMENT_NAMES = ("agentix", "round_robin", "least_loaded", "pinned", "prefix_aware",
+                       "cost")
 
 
 class UsageError(Exception):

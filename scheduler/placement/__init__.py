@@ -8,6 +8,7 @@ one place they are registered.
 | least_loaded | the replica with the fewest `load_tokens` |
 | pinned | its program's pin (session affinity) |
 | prefix_aware | the replica with the longest expected prefix hit, then the least loaded |
+| cost | the least expected work before its first token: load plus prefill after the hit |
 
 Load is `ReplicaLoad.load_tokens`: what a replica reports in EngineStats as its running
 calls' tokens (their KV) plus its queued calls' tokens still to compute. A pin is set at a
@@ -27,6 +28,7 @@ from typing import Any
 from scheduler.placement.agentix import AgentixPlacement
 from scheduler.placement.base import (CallOutcome, Placement, PlacementRequest, ReplicaLoad,
                                       healthy, least_loaded)
+from scheduler.placement.cost import CostPlacement
 from scheduler.placement.cutoff import ADAPTIVE_OPTIONS, DEFAULT_CUTOFF, AdaptiveCutoff
 from scheduler.placement.least_loaded import LeastLoadedPlacement
 from scheduler.placement.pinned import PinnedPlacement
@@ -35,7 +37,7 @@ from scheduler.placement.round_robin import RoundRobinPlacement
 
 PLACEMENTS = MappingProxyType({p.name: p for p in (
     AgentixPlacement, RoundRobinPlacement, LeastLoadedPlacement, PinnedPlacement,
-    PrefixAwarePlacement)})
+    PrefixAwarePlacement, CostPlacement)})
 
 PlacementSpec = str | type[Placement]
 
@@ -55,7 +57,8 @@ def make_placement(name: PlacementSpec, cutoff: int | str = DEFAULT_CUTOFF,
     `cutoff` (a non-negative int, or "auto" for the adaptive cutoff of `cutoff.py`) is used
     by `agentix` only, validated for every policy; with "auto", `options` are the
     `AdaptiveCutoff` keywords. Other policies take the options their class lists in
-    `options` (`prefix_aware`: blocks_per_replica, max_load_gap). ValueError names a bad
+    `options` (`prefix_aware`: blocks_per_replica, max_load_gap; `cost`: load_weight).
+    ValueError names a bad
     name, cutoff or option.
     """
     if isinstance(name, type) and issubclass(name, Placement):

@@ -38,11 +38,13 @@ class ReplicaLoad:
 @dataclass(frozen=True)
 class PlacementRequest:
     """A call to place: its program, its prompt length in tokens, and the chained hashes of
-    its prompt's full blocks (`kvcache.prefix_hash.hash_block`, empty when unknown)."""
+    its prompt's full blocks of `block_size` tokens (`kvcache.prefix_hash.hash_block`,
+    empty when unknown)."""
 
     program_id: str
     prompt_tokens: int
     block_hashes: tuple[int, ...] = ()
+    block_size: int = 16
 
 
 @dataclass(frozen=True)

@@ -156,7 +156,7 @@ class RouterServicer:
             forward.program_priority = priority
         routed = router.calls[inner_call] = RoutedCall(inner_call)
         placement = PlacementRequest(program_id or inner_call, shape.num_tokens,
-                                     shape.block_hashes)
+                                     shape.block_hashes, router.block_size() or 16)
         lost = False
         try:
             # aclosing: leaving early (the client went away) closes the relay at once, which

@@ -213,7 +213,7 @@ def test_deterministic(name):
 
 def test_registry():
     assert set(PLACEMENTS) == {"agentix", "round_robin", "least_loaded", "pinned",
-                               "prefix_aware"}
+                               "prefix_aware", "cost"}
     with pytest.raises(TypeError):
         PLACEMENTS["x"] = RoundRobinPlacement           # type: ignore[index]
     for name, cls in PLACEMENTS.items():

@@ -1,0 +1,76 @@
+"""The `cost` placement: exact decisions on scripted loads and cache states. A call goes
+where load x load_weight + its prefill after the expected hit (blocks sent there x block
+size) is least."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvcache.prefix_hash import hash_block
+from scheduler.placement import CostPlacement, PlacementRequest, ReplicaLoad, make_placement
+
+
+def loads(*tokens: int | None) -> list[ReplicaLoad]:
+    return [ReplicaLoad(replica=i, healthy=t is not None, waiting_tokens=t or 0,
+                        kv_blocks_total=100) for i, t in enumerate(tokens)]
+
+
+def history(n: int, start: int = 0) -> tuple[int, ...]:
+    """Chained hashes of n one-token blocks."""
+    out, parent = [], None
+    for token in range(start, start + n):
+        parent = hash_block(parent, [token])
+        out.append(parent)
+    return tuple(out)
+
+
+def call(program: str, blocks: int, prompt: int | None = None) -> PlacementRequest:
+    """A prompt of `blocks` blocks of 16 tokens (plus `prompt - 16 * blocks` more)."""
+    return PlacementRequest(program, prompt or 16 * blocks, history(blocks), 16)
+
+
+def test_a_first_call_goes_to_the_least_loaded():
+    cost = CostPlacement()
+    assert cost.place(call("p", 4), loads(300, 200, 250)) == 1
+
+
+def test_a_program_stays_where_its_history_is_while_that_is_cheaper():
+    cost = CostPlacement()
+    assert cost.place(call("p", 10), loads(0, 0)) == 0         # 160 tokens sent to 0
+    # Next call: 12 blocks, 10 of them cached on 0. On 0: 500 load + 32 prefill = 532;
+    # on 1: 400 load + 192 prefill = 592.
+    assert cost.cost(call("p", 12), loads(500, 400)[0]) == 532
+    assert cost.cost(call("p", 12), loads(500, 400)[1]) == 592
+    assert cost.place(call("p", 12), loads(500, 400)) == 0
+    # With 600 more load on 0 than on 1 the history is not worth waiting for: it moves.
+    assert cost.place(call("p", 14), loads(900, 300)) == 1
+
+
+def test_load_weight_trades_locality_for_load():
+    local = CostPlacement(load_weight=0.0)    # prefix_aware: the hit wins whatever the load
+    balanced = CostPlacement(load_weight=10.0)
+    for placement in (local, balanced):
+        assert placement.place(call("p", 10), loads(0, 0)) == 0
+    assert local.place(call("p", 12), loads(5000, 0)) == 0
+    assert balanced.place(call("p", 12), loads(50, 0)) == 1    # 500 + 32 > 0 + 192
+
+
+def test_ties_go_to_fewer_load_tokens_then_the_lowest_index():
+    cost = CostPlacement()
+    assert cost.place(call("p", 0, prompt=50), loads(100, 100, None)) == 0
+    # Replica 1 has 16 tokens cached and 16 more load: equal cost, fewer load tokens wins.
+    cost.place(call("q", 1), loads(100, 0))
+    assert cost.place(call("q", 2), loads(0, 16)) == 0
+
+
+def test_a_lost_replica_forgets_what_was_sent_there():
+    cost = CostPlacement()
+    cost.place(call("p", 10), loads(0, 0))
+    cost.replica_lost(0)
+    assert cost.cost(call("p", 10), loads(0, 0)[0]) == 160
+
+
+@pytest.mark.parametrize("bad", [-1, True, "x", float("nan")])
+def test_a_bad_load_weight_is_refused(bad):
+    with pytest.raises(ValueError, match="cost: load_weight must be a number >= 0"):
+        make_placement("cost", load_weight=bad)
