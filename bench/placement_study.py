@@ -34,7 +34,8 @@ from scheduler.placement import make_placement
 POLICY = "atlas"
 VARIANTS = {"agentix": ("agentix", 2048), "agentix-auto": ("agentix", "auto"),
             "round_robin": ("round_robin", 2048), "least_loaded": ("least_loaded", 2048),
-            "pinned": ("pinned", 2048), "prefix_aware": ("prefix_aware", 2048)}
+            "pinned": ("pinned", 2048), "prefix_aware": ("prefix_aware", 2048),
+            "cost": ("cost", 2048)}
 PROGRAMS = {"mixed": 200, "sharegpt": 400, "lats": 60}
 START_RATE = {"mixed": 16.0, "sharegpt": 24.0, "lats": 4.0}
 CUTOFFS = (256, 512, 1024, 2048, 4096, 8192, 16384)
