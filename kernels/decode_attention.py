@@ -118,8 +118,9 @@ def paged_decode_attention_ref(query: torch.Tensor, k_cache: torch.Tensor, v_cac
     at those slots, the softmax runs per (row, head) segment, and one weighted `embedding_bag`
     sums V. Nothing is gathered or padded. Whole blocks are read and the slots past a context
     masked (and, with a window, the first block's slots before it), so they must hold finite
-    values (the engine's cache starts zeroed and only finite K/V are written). Caches other than float32 with head_dim-aligned strides shared by K and V
-    are first copied, the rows' blocks only, into compact float32 caches.
+    values (the engine's cache starts zeroed and only finite K/V are written). Caches other
+    than float32 with head_dim-aligned strides shared by K and V are first copied, the rows'
+    blocks only, into compact float32 caches.
 
     `step_cache`: a dict that lives for one step, shared by its layers (the same block tables
     and lengths); the `DecodeIndex` is built in the first layer and reused by the others whose

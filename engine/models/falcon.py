@@ -24,7 +24,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from engine.models.attention import AttentionMetadata, paged_attention
-from engine.models.layers import RotaryEmbedding, apply_rope
+from engine.models.layers import CausalLM, RotaryEmbedding, apply_rope
 
 
 @dataclass(frozen=True)
@@ -163,10 +163,8 @@ class FalconModel(nn.Module):
         self.rotary = RotaryEmbedding(args.head_dim, max_positions, args.rope_theta, None)
 
 
-class FalconForCausalLM(nn.Module):
-    """The engine's model contract (`LlamaForCausalLM`'s): `forward` runs a flattened token
-    batch and returns hidden states, `logits` projects only the rows that are sampled;
-    `kv_layers[i]` are layer i's (K, V) cache views."""
+class FalconForCausalLM(CausalLM):
+    """Falcon under the engine's model contract (`CausalLM`)."""
 
     def __init__(self, args: FalconArgs, max_positions: int) -> None:
         super().__init__()
@@ -176,14 +174,6 @@ class FalconForCausalLM(nn.Module):
         if args.tie_word_embeddings:
             self.lm_head.weight = self.transformer.word_embeddings.weight
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                kv_layers: list[tuple[torch.Tensor, torch.Tensor]],
-                meta: AttentionMetadata) -> torch.Tensor:
-        x = self.transformer.word_embeddings(input_ids)
-        rope = self.transformer.rotary(positions, x.dtype)
-        for layer, kv in zip(self.transformer.h, kv_layers):
-            x = layer(x, rope, kv, meta)
-        return self.transformer.ln_f(x)
-
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(hidden).float()
+    def decoder(self):
+        t = self.transformer
+        return t.word_embeddings, t.rotary, t.h, t.ln_f

@@ -94,3 +94,28 @@ class SwiGLU(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.silu(self.gate_proj(x), inplace=True).mul_(self.up_proj(x)))
+
+
+class CausalLM(nn.Module):
+    """The engine's model contract, shared by every family: `forward` runs a flattened token
+    batch through the decoder (`decoder()`: its embedding, RoPE tables, layers and final
+    norm, under the checkpoint's own module names) and returns hidden states; `logits`
+    projects only the rows that are sampled, in fp32. `kv_layers[i]` are layer i's (K, V)
+    cache views; `meta` the step's `AttentionMetadata`."""
+
+    lm_head: nn.Linear
+
+    def decoder(self) -> tuple[nn.Module, RotaryEmbedding, nn.ModuleList, nn.Module]:
+        raise NotImplementedError
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                kv_layers: list[tuple[torch.Tensor, torch.Tensor]], meta) -> torch.Tensor:
+        embed, rotary, layers, norm = self.decoder()
+        x = embed(input_ids)
+        rope = rotary(positions, x.dtype)
+        for layer, kv in zip(layers, kv_layers):
+            x = layer(x, rope, kv, meta)
+        return norm(x)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden).float()

@@ -15,7 +15,8 @@ import torch
 from torch import nn
 
 from engine.models.attention import AttentionMetadata, paged_attention
-from engine.models.layers import RMSNorm, RopeScaling, RotaryEmbedding, SwiGLU, apply_rope
+from engine.models.layers import (CausalLM, RMSNorm, RopeScaling, RotaryEmbedding, SwiGLU,
+                                  apply_rope)
 
 
 @dataclass(frozen=True)
@@ -134,9 +135,8 @@ class LlamaModel(nn.Module):
                                       args.rope_scaling)
 
 
-class LlamaForCausalLM(nn.Module):
-    """`forward` runs a flattened token batch and returns hidden states; `logits` projects
-    only the rows that are sampled. `kv_layers[i]` are layer i's (K, V) cache views."""
+class LlamaForCausalLM(CausalLM):
+    """The Llama family under the engine's model contract (`CausalLM`)."""
 
     def __init__(self, args: LlamaArgs, max_positions: int) -> None:
         super().__init__()
@@ -146,14 +146,6 @@ class LlamaForCausalLM(nn.Module):
         if args.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                kv_layers: list[tuple[torch.Tensor, torch.Tensor]],
-                meta: AttentionMetadata) -> torch.Tensor:
-        x = self.model.embed_tokens(input_ids)
-        rope = self.model.rotary(positions, x.dtype)
-        for layer, kv in zip(self.model.layers, kv_layers):
-            x = layer(x, rope, kv, meta)
-        return self.model.norm(x)
-
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(hidden).float()
+    def decoder(self):
+        m = self.model
+        return m.embed_tokens, m.rotary, m.layers, m.norm

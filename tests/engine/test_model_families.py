@@ -18,20 +18,11 @@ import pytest
 
 from tiny_llama import TINY_LLAMA, GreedyReference, build_tiny_llama
 from engine import LLM
+from engine_mode_tests import *  # noqa: F401,F403  (collected here, on this module's fixtures)
+from test_parity import make_prompts, reference
 from test_host_tier_parity import (  # noqa: F401  (collected here, on this module's fixtures)
-    test_a_prefix_offloaded_to_host_is_fetched_back_token_exact,
-    test_swap_preemption_under_memory_pressure_with_prefix_caching_is_token_exact,
-)
-from test_parity import (  # noqa: F401  (collected here, on this module's fixtures)
-    make_prompts,
-    params,
-    reference,
-    test_batch_of_eight,
-    test_calls_arriving_while_others_decode,
-    test_chunked_prefill_small_budget,
-    test_multistep_four,
-    test_preemption_under_a_tiny_pool,
-    test_prefix_caching_shared_prefixes,
+    test_a_prefix_offloaded_to_host_is_fetched_back_token_exact as test_host_tier_fetch,
+    test_swap_preemption_under_memory_pressure_with_prefix_caching_is_token_exact as test_host_swap,
 )
 from test_tp_parity import generate_tp2
 

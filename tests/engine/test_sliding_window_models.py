@@ -17,17 +17,8 @@ from engine_checks import assert_all_free, random_tokens
 from tiny_llama import GreedyReference, build_tiny_llama, hf_greedy
 from engine import LLM, SamplingParams
 from test_host_tier_parity import generate, make_engine
-from test_parity import (  # noqa: F401  (collected here, on this module's fixtures)
-    make_prompts,
-    params,
-    reference,
-    test_batch_of_eight,
-    test_calls_arriving_while_others_decode,
-    test_chunked_prefill_small_budget,
-    test_multistep_four,
-    test_preemption_under_a_tiny_pool,
-    test_prefix_caching_shared_prefixes,
-)
+from engine_mode_tests import *  # noqa: F401,F403  (collected here, on this module's fixtures)
+from test_parity import make_prompts, reference
 from test_tp_parity import generate_tp2
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -1,0 +1,22 @@
+"""test_parity's tests (batching, late arrivals, chunked prefill, prefix caching, preemption
+by recompute, swap and keep, multistep), which every model family runs: a family's module
+star-imports them, so pytest collects them there, on that module's `tiny_llama` and
+`tiny_llama_greedy` fixtures."""
+
+from test_parity import (
+    test_batch_of_eight,
+    test_calls_arriving_while_others_decode,
+    test_chunked_prefill_small_budget,
+    test_multistep_four,
+    test_preemption_under_a_tiny_pool,
+    test_prefix_caching_shared_prefixes,
+)
+
+__all__ = [
+    "test_batch_of_eight",
+    "test_calls_arriving_while_others_decode",
+    "test_chunked_prefill_small_budget",
+    "test_multistep_four",
+    "test_preemption_under_a_tiny_pool",
+    "test_prefix_caching_shared_prefixes",
+]
