@@ -76,10 +76,6 @@ def tiny_tied_llama(tiny_llama):
     return tiny_llama
 
 
-@pytest.fixture(scope="module")
-def tiny_llama_greedy(tiny_llama):
-    return GreedyReference(tiny_llama[1])
-
 
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_tensor_parallel_two_ranks(tmp_path, name):

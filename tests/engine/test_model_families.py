@@ -57,10 +57,6 @@ def tiny_tied_llama(tiny_llama):
     return tiny_llama
 
 
-@pytest.fixture(scope="module")
-def tiny_llama_greedy(tiny_llama):
-    return GreedyReference(tiny_llama[1])
-
 
 @pytest.mark.parametrize("name", ["qwen2", "qwen3-attention-bias"])
 def test_tensor_parallel_two_ranks(tmp_path, name):

@@ -45,10 +45,6 @@ def tiny_llama(request, tmp_path_factory):
     return str(path), build_windowed(path, request.param)
 
 
-@pytest.fixture(scope="module")
-def tiny_llama_greedy(tiny_llama):
-    return GreedyReference(tiny_llama[1])
-
 
 def test_the_configs_windows_reach_the_layers(tiny_llama):
     llm = LLM(tiny_llama[0], num_kv_blocks=16, block_size=8)
