@@ -64,8 +64,8 @@ class ServeOptions:
     has made no progress for `health_stall_seconds`. `router_token` (None: off) is the
     token of the trusted router (server/router/): only a request whose metadata carries it
     (`x-agentix-router-token`) may set a program's priority value. `tool_call_parser`
-    (None: off) turns on "auto" tool choice over HTTP: chat outputs are parsed into tool
-    calls in that format (`server.tool_parsers`)."""
+    (None: off) turns on "auto" tool choice over HTTP and gRPC: chat outputs are parsed into
+    tool calls in that format (`server.tool_parsers`)."""
 
     host: str = "127.0.0.1"
     port: int | None = 0
@@ -219,13 +219,14 @@ def _close(engine_loop: EngineLoop, loop: asyncio.AbstractEventLoop,
 
 async def _start_grpc(engine_loop: EngineLoop, prompts: PromptTokenizer,
                       auth: TokenAuth | None, host: str, port: int,
-                      router: RouterTrust | None = None
+                      router: RouterTrust | None = None, tool_call_parser: str | None = None
                       ) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
     # A message may carry a prompt at the limit plus room for the other fields.
     max_message = 2 * prompts.max_prompt_bytes + MESSAGE_OVERHEAD_BYTES
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0),
                                       ("grpc.max_receive_message_length", max_message)])
-    add_service(AgentixServicer(engine_loop, prompts, auth, router), server)
+    add_service(AgentixServicer(engine_loop, prompts, auth, router, tool_call_parser),
+                server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     enable_reflection((SERVICE_NAME, HEALTH_SERVICE_NAME), server)
@@ -281,7 +282,8 @@ async def _start_all(engine_loop: EngineLoop, prompts: PromptTokenizer,
             router = (RouterTrust(options.router_token) if options.router_token is not None
                       else None)
             services.grpc_server, services.health, services.grpc_port = await _start_grpc(
-                engine_loop, prompts, auth, options.host, options.port, router)
+                engine_loop, prompts, auth, options.host, options.port, router,
+                options.tool_call_parser)
             services.health_watch = asyncio.ensure_future(
                 _watch_health(engine_loop, services.health))
     except BaseException:

@@ -8,13 +8,15 @@ them on the engine thread (they are live objects).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from google.protobuf.message import Message
 
 from engine import ChatPrompt, CompletionOutput, EngineStats, LLMEngine, SamplingParams
 from server import agentix_pb2 as pb
+from server.tool_parsers import ParsedOutput
 
 if TYPE_CHECKING:
     from scheduler.process_table import ProgramRecord
@@ -45,7 +47,8 @@ def optional(message: Message, field: str) -> float | None:
 
 def prompt(request: pb.GenerateRequest) -> str | list[int] | ChatPrompt:
     """The request's prompt: its text, its token ids (the engine checks the ids) or its
-    chat messages (rendered by the engine with the model's chat template)."""
+    chat messages (rendered by the engine with the model's chat template, with the tools
+    unless `tool_choice` is "none"); ValueError naming a bad field."""
     kind = request.WhichOneof("prompt")
     if kind is None:
         raise ValueError("prompt: missing; set text, token_ids or messages")
@@ -54,23 +57,68 @@ def prompt(request: pb.GenerateRequest) -> str | list[int] | ChatPrompt:
             raise ValueError("prompt: text must not be empty")
         return request.text
     if kind == "messages":
-        return ChatPrompt(tuple((m.role, m.content) for m in request.messages.messages))
+        chat = request.messages
+        if chat.tool_choice not in ("", "auto", "none"):
+            raise ValueError(f"messages.tool_choice: must be auto or none (a forced call needs "
+                             f"constrained decoding), got {chat.tool_choice[:32]!r}")
+        tools = None if chat.tool_choice == "none" else [
+            _tool(tool, i) for i, tool in enumerate(chat.tools)]
+        return ChatPrompt.of([_message(m) for m in chat.messages], tools)
     return list(request.token_ids.ids)
+
+
+def parses_tool_calls(request: pb.GenerateRequest) -> bool:
+    """Whether the output is parsed into tool calls: chat with tools, tool choice auto."""
+    return request.WhichOneof("prompt") == "messages" and bool(request.messages.tools) \
+        and request.messages.tool_choice in ("", "auto")
+
+
+def _message(message: pb.ChatMessage) -> dict[str, Any]:
+    """A ChatMessage as an OpenAI-style message dict (`ChatPrompt.of` checks it)."""
+    out: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.tool_calls:
+        out["tool_calls"] = [{"id": call.id, "type": "function", "function": {
+            "name": call.name, "arguments": call.arguments}} for call in message.tool_calls]
+    if message.tool_call_id:
+        out["tool_call_id"] = message.tool_call_id
+    if message.name:
+        out["name"] = message.name
+    return out
+
+
+def _tool(tool: pb.Tool, i: int) -> dict[str, Any]:
+    function: dict[str, Any] = {"name": tool.name, "description": tool.description}
+    if tool.parameters_json:
+        try:
+            function["parameters"] = json.loads(tool.parameters_json)
+        except ValueError:
+            raise ValueError(f"messages.tools[{i}].parameters_json: not valid JSON") from None
+    return {"type": "function", "function": function}
 
 
 def delta(call_id: str, token_ids: list[int], text: str) -> pb.GenerateResponse:
     return pb.GenerateResponse(call_id=call_id, delta=pb.Delta(token_ids=token_ids, text=text))
 
 
-def final(completion: CompletionOutput, call_id: str) -> pb.GenerateResponse:
-    """The final message of a call (`call_id` as the client knows it)."""
+def final(completion: CompletionOutput, call_id: str,
+          parsed: ParsedOutput | None = None) -> pb.GenerateResponse:
+    """The final message of a call (`call_id` as the client knows it); with `parsed` (its
+    text split by a tool parser), the text outside the calls and the calls, finishing with
+    "tool_calls" when it made any and stopped by itself."""
     usage = pb.Usage(prompt_tokens=len(completion.prompt_token_ids),
                      cached_tokens=completion.num_cached_tokens,
                      completion_tokens=len(completion.token_ids),
                      queue_seconds=completion.queue_seconds,
                      service_seconds=completion.service_seconds)
-    return pb.GenerateResponse(call_id=call_id, final=pb.Final(
-        finish_reason=completion.finish_reason, usage=usage, text=completion.text))
+    message = pb.Final(finish_reason=completion.finish_reason, usage=usage,
+                       text=completion.text)
+    if parsed is not None:
+        message.text = parsed.content or ""
+        message.tool_calls.extend(pb.ToolCall(id=c.id, name=c.name, arguments=c.arguments)
+                                  for c in parsed.tool_calls)
+        if parsed.tool_calls and completion.finish_reason == "stop":
+            message.finish_reason = "tool_calls"
+    return pb.GenerateResponse(call_id=call_id, final=message)
 
 
 def program_info(record: ProgramRecord, outer: Callable[[str], str]) -> pb.ProgramInfo:

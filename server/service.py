@@ -31,6 +31,7 @@ from server.engine_loop import EngineLoop
 from server.errors import DrainingError, UnreadStreamError, abort_for
 from server.namespace import Namespace, caller_namespace, new_id
 from server.prompts import PromptTokenizer
+from server.tool_parsers import make_tool_parser
 from server.wire import SHUTDOWN
 
 T = TypeVar("T")
@@ -39,14 +40,18 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Agentix"].full_name
 
 class AgentixServicer:
     """Handlers run on the server's asyncio loop; `auth=None` turns authentication off;
-    `router` (None: no router is trusted) says which requests may carry a priority value."""
+    `router` (None: no router is trusted) says which requests may carry a priority value;
+    `tool_call_parser` (a `server.tool_parsers` name; None: off) parses chat outputs into
+    the final message's tool calls when a request offers tools with tool choice auto."""
 
     def __init__(self, engine_loop: EngineLoop, prompts: PromptTokenizer,
-                 auth: TokenAuth | None = None, router: RouterTrust | None = None) -> None:
+                 auth: TokenAuth | None = None, router: RouterTrust | None = None,
+                 tool_call_parser: str | None = None) -> None:
         self.loop = engine_loop
         self.prompts = prompts
         self.auth = auth
         self.router = router
+        self.tool_call_parser = tool_call_parser
 
     # ----- plumbing ---------------------------------------------------------------------
     async def _namespace(self, context: grpc.aio.ServicerContext) -> Namespace:
@@ -115,6 +120,12 @@ class AgentixServicer:
                        context: grpc.aio.ServicerContext) -> AsyncIterator[pb.GenerateResponse]:
         ns = await self._namespace(context)
         priority = await self._priority(request, context)
+        parses = convert.parses_tool_calls(request)
+        if parses and self.tool_call_parser is None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                'messages.tool_choice: "auto" tool choice needs a server started '
+                                'with --enable-auto-tool-choice --tool-call-parser NAME (or '
+                                'send tool_choice "none")')
         try:
             call = calls.CallRequest(
                 program_id=(ns.inner("program_id", request.program_id)
@@ -136,7 +147,8 @@ class AgentixServicer:
                 if isinstance(item, StreamDelta):
                     yield convert.delta(call_id, item.token_ids, item.text)
                     continue
-                yield convert.final(item.completion, call_id)
+                yield convert.final(item.completion, call_id, make_tool_parser(
+                    self.tool_call_parser).parse(item.completion.text) if parses else None)
                 if item.completion.finish_reason == SHUTDOWN:
                     await context.abort(grpc.StatusCode.UNAVAILABLE,
                                         "the server is shutting down: this call was cut; retry it")
