@@ -1,7 +1,6 @@
 """Sensitivity of a policy to one scheduler knob at a time, in the simulator.
 
-`agentix bench sensitivity --workload mixed --rate 5 --programs 500` (or `python -m
-bench.sensitivity ...`) replays one trace under
+`agentix bench sensitivity --workload mixed --rate 5 --programs 500` replays one trace under
 `atlas` (the baseline's engine features: chunked prefill, prefix caching, `auto` preemption,
 multistep 4) once per value of each knob in `KNOBS`, every other knob at its default, and writes
 `sensitivity_<workload>.md` (a table per knob: mean / P95 / P99 normalized latency, throughput,
@@ -11,7 +10,6 @@ against each knob's value). Pick a rate near the policy's capacity: unloaded, no
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -148,13 +146,3 @@ def write_outputs(points: Sequence[KnobPoint], workload: str, out_dir: str | Pat
         plt.close(fig)
     return md_path, png_path
 
-
-def main(argv: list[str] | None = None) -> None:
-    """`python -m bench.sensitivity ARGS` is `agentix bench sensitivity ARGS`."""
-    from bench.cli import main as bench_main
-
-    bench_main(["sensitivity", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    main()
