@@ -81,12 +81,13 @@ def find_capacities(workload: str, policies: Sequence[str], targets: Sequence[fl
                     num_programs: int, seed: int, start_rate: float, iterations: int = 3,
                     preset: str = "a100-80g", model: str = "llama-3.1-8b",
                     progress: bool = True, replicas: int = 1, placement: str | None = None,
-                    cutoff: int | str = DEFAULT_CUTOFF) -> list[SweepPoint]:
+                    cutoff: int | str = DEFAULT_CUTOFF,
+                    placement_options: dict | None = None) -> list[SweepPoint]:
     """Run `search` for every policy and then every target on one trace; every (policy, rate)
     pair is run once (on `replicas` engines behind `placement` when either is given, see
     `run_point`: the rates found are those of the whole group). Returns the points, policy
     by policy, in the order run."""
-    multi = replica_options(replicas, placement, cutoff)
+    multi = replica_options(replicas, placement, cutoff, placement_options)
     base = generate_trace(workload, num_programs, seed, BASE_RATE)
     with tqdm(desc=f"capacity {workload}", unit="run", disable=not progress) as bar:
         return search_policies(

@@ -79,12 +79,30 @@ def _add_replica_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cutoff", type=parse_cutoff, default=DEFAULT_CUTOFF,
                         help=f"the agentix placement's prompt-length cutoff in tokens, or "
                              f"'auto' (adaptive; default {DEFAULT_CUTOFF})")
+    parser.add_argument("--placement-option", action="append", default=[],
+                        type=_placement_option, metavar="NAME=VALUE",
+                        help="an option of the placement (e.g. load_weight=0.05 for cost; "
+                             "repeatable; see scheduler/placement/)")
+
+
+def _placement_option(text: str) -> tuple[str, int | float | str]:
+    """NAME=VALUE, the value an int, else a float, else the text."""
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    for kind in (int, float):
+        try:
+            return name, kind(value)
+        except ValueError:
+            pass
+    return name, value
 
 
 def _replica_options(args: argparse.Namespace) -> dict[str, Any]:
     from bench.multi_sim import replica_options
 
-    return replica_options(args.replicas, args.placement, args.cutoff)
+    return replica_options(args.replicas, args.placement, args.cutoff,
+                           dict(args.placement_option))
 
 
 def _replicas_text(multi: dict[str, Any]) -> str:

@@ -61,13 +61,18 @@ _RATE_STATS = ("host_link_bandwidth", "prefill_tokens_per_second")
 
 
 def replica_options(replicas: int = 1, placement: str | None = None,
-                    cutoff: int | str = DEFAULT_CUTOFF) -> dict[str, Any]:
+                    cutoff: int | str = DEFAULT_CUTOFF,
+                    placement_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """The keywords that make `bench.sweep.run_point` (and the CLI) run `replicas` engines
-    behind `placement` (default `DEFAULT_PLACEMENT`) with `simulate_replicas`; empty for one
-    engine without a placement named, which stays `simulate()`'s run."""
+    behind `placement` (default `DEFAULT_PLACEMENT`, with its `placement_options`) with
+    `simulate_replicas`; empty for one engine without a placement named, which stays
+    `simulate()`'s run."""
     if replicas == 1 and placement is None:
         return {}
-    return dict(replicas=replicas, placement=placement or DEFAULT_PLACEMENT, cutoff=cutoff)
+    options = dict(replicas=replicas, placement=placement or DEFAULT_PLACEMENT, cutoff=cutoff)
+    if placement_options:
+        options["placement_options"] = dict(placement_options)
+    return options
 
 
 def replica_load(replica: int, stats: EngineStats, healthy: bool = True) -> ReplicaLoad:

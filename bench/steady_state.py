@@ -231,13 +231,14 @@ def find_steady_capacities(workload: str, policies: Sequence[str], targets: Sequ
                            iterations: int = 3, preset: str = "a100-80g",
                            model: str = "llama-3.1-8b", progress: bool = True,
                            replicas: int = 1, placement: str | None = None,
-                           cutoff: int | str = DEFAULT_CUTOFF) -> list[SteadyPoint]:
+                           cutoff: int | str = DEFAULT_CUTOFF,
+                           placement_options: dict | None = None) -> list[SteadyPoint]:
     """For each seed, one trace (`SteadyConfig.total_programs` programs) and
     `bench.capacity.search_policies` over it with `run_steady_point`: every (policy, rate)
     pair run once per seed. Returns the points seed by seed, in the order run."""
     if not seeds:
         raise ValueError("seeds: must not be empty")
-    multi = replica_options(replicas, placement, cutoff)
+    multi = replica_options(replicas, placement, cutoff, placement_options)
     runs: list[SteadyPoint] = []
     with tqdm(desc=f"steady capacity {workload}", unit="run", disable=not progress) as bar:
         for seed in seeds:

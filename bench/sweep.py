@@ -67,10 +67,11 @@ def generate_trace(workload: str, num_programs: int, seed: int, rate: float) -> 
 def sweep(workload: str, policies: Sequence[str], rates: Sequence[float], num_programs: int,
           seed: int, preset: str = "a100-80g", model: str = "llama-3.1-8b",
           progress: bool = True, replicas: int = 1, placement: str | None = None,
-          cutoff: int | str = DEFAULT_CUTOFF) -> list[SweepPoint]:
+          cutoff: int | str = DEFAULT_CUTOFF,
+          placement_options: dict | None = None) -> list[SweepPoint]:
     """Simulate every policy at every rate (on `replicas` engines behind `placement` when
     either is given: `run_point`); returns the points in (rate, policy) order."""
-    multi = replica_options(replicas, placement, cutoff)
+    multi = replica_options(replicas, placement, cutoff, placement_options)
     if not policies:
         raise ValueError("policies: must not be empty")
     if not rates:
@@ -93,12 +94,13 @@ def sweep(workload: str, policies: Sequence[str], rates: Sequence[float], num_pr
 def run_point(workload: str, trace: Trace, policy: str, rate: float,
               preset: str = "a100-80g", model: str = "llama-3.1-8b", replicas: int = 1,
               placement: str | None = None,
-              cutoff: int | str = DEFAULT_CUTOFF) -> SweepPoint:
+              cutoff: int | str = DEFAULT_CUTOFF,
+              placement_options: dict | None = None) -> SweepPoint:
     """Simulate `trace` (arriving at `rate`) under `policy` and summarize it: on one engine
     (`simulate`), or on `replicas` engines behind `placement` (`simulate_replicas`; the
     placement defaults to `bench.multi_sim.DEFAULT_PLACEMENT`) when either is given."""
     result = simulate_trace(trace, policy, preset, model,
-                            replica_options(replicas, placement, cutoff))
+                            replica_options(replicas, placement, cutoff, placement_options))
     return summarize(workload, policy, rate, result, len(trace.programs))
 
 

@@ -11,9 +11,10 @@ the router sent to each replica (`SentBlocks`, as `prefix_aware` keeps them). A 
 history lives where its earlier calls went, so its next call's hit is largest there: the
 locality the pin of `cutoff` (the paper's rule) only guesses, here weighed against load, and
 a call moves away (the program follows it) when the load it would wait behind costs more than
-recomputing its history elsewhere. `load_weight` (default 1: a token of load and a token of
-prefill cost alike) tilts it: 0 is prefix_aware without the tie-break, large is
-least_loaded. Ties: fewer load tokens, then the lowest index.
+recomputing its history elsewhere. `load_weight` tilts it: 0 is prefix_aware, large is
+least_loaded; the default, 0.05, is the best measured trade (bench/RESULTS.md, "The cost
+placement": on ShareGPT it costs 3% of prefix_aware's mean for 1.1-1.4x better P99; on
+mixed it loses 1.24x on the mean). Ties: fewer load tokens, then the lowest index.
 O(#block_hashes + #replicas * log #block_hashes) per call, amortized.
 """
 
@@ -28,7 +29,7 @@ class CostPlacement(Placement):
     name = "cost"
     options = ("load_weight",)
 
-    def __init__(self, load_weight: float = 1.0) -> None:
+    def __init__(self, load_weight: float = 0.05) -> None:
         if isinstance(load_weight, bool) or not isinstance(load_weight, (int, float)) \
                 or not load_weight >= 0:
             raise ValueError(f"cost: load_weight must be a number >= 0, got {load_weight!r}")

@@ -1,6 +1,6 @@
 """The `cost` placement: exact decisions on scripted loads and cache states. A call goes
 where load x load_weight + its prefill after the expected hit (blocks sent there x block
-size) is least."""
+size) is least (load_weight 1 here, so the arithmetic is plain)."""
 
 from __future__ import annotations
 
@@ -30,12 +30,12 @@ def call(program: str, blocks: int, prompt: int | None = None) -> PlacementReque
 
 
 def test_a_first_call_goes_to_the_least_loaded():
-    cost = CostPlacement()
+    cost = CostPlacement(load_weight=1.0)
     assert cost.place(call("p", 4), loads(300, 200, 250)) == 1
 
 
 def test_a_program_stays_where_its_history_is_while_that_is_cheaper():
-    cost = CostPlacement()
+    cost = CostPlacement(load_weight=1.0)
     assert cost.place(call("p", 10), loads(0, 0)) == 0         # 160 tokens sent to 0
     # Next call: 12 blocks, 10 of them cached on 0. On 0: 500 load + 32 prefill = 532;
     # on 1: 400 load + 192 prefill = 592.
@@ -56,7 +56,7 @@ def test_load_weight_trades_locality_for_load():
 
 
 def test_ties_go_to_fewer_load_tokens_then_the_lowest_index():
-    cost = CostPlacement()
+    cost = CostPlacement(load_weight=1.0)
     assert cost.place(call("p", 0, prompt=50), loads(100, 100, None)) == 0
     # Replica 1 has 16 tokens cached and 16 more load: equal cost, fewer load tokens wins.
     cost.place(call("q", 1), loads(100, 0))
@@ -64,7 +64,7 @@ def test_ties_go_to_fewer_load_tokens_then_the_lowest_index():
 
 
 def test_a_lost_replica_forgets_what_was_sent_there():
-    cost = CostPlacement()
+    cost = CostPlacement(load_weight=1.0)
     cost.place(call("p", 10), loads(0, 0))
     cost.replica_lost(0)
     assert cost.cost(call("p", 10), loads(0, 0)[0]) == 160
