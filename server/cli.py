@@ -255,7 +255,8 @@ def _add_serve_parser(sub) -> None:
                              "only their ranks, with node 0's engine settings)")
     engine.add_argument("--dist-init-addr", metavar="HOST:PORT",
                         help="where node 0 listens for the other nodes (torch.distributed "
-                             "store; reachable by the cluster's nodes only)")
+                             "store; reachable by the cluster's nodes only; default: none, "
+                             "one node)")
     engine.add_argument("--chat-template", metavar="FILE",
                         help="render chat prompts with this Jinja template (e.g. "
                              "engine/chat_templates/chatml_tools.jinja: tools for ChatML "
