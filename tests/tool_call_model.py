@@ -16,6 +16,7 @@ CALL_WORDS = ["<tool_call>", '{"name":', '"get_weather",', '"arguments":', '{"ci
 VOCAB = ["<pad>", "<s>", "go", *CALL_WORDS, "</s>", "tools", "hello", "sunny"]
 EOS_ID = VOCAB.index("</s>")
 CALL_TEXT = " ".join(CALL_WORDS)  # what the model says (the word tokenizer joins by spaces)
+CALL_ARGUMENTS = '{"city": "Paris"}'  # the arguments of the call it makes, as parsed
 TEMPLATE = ("{% if tools %}tools {% endif %}{% for m in messages %}{{ m.content }} "
             "{% endfor %}{% if add_generation_prompt %}go{% endif %}")
 

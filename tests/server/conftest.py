@@ -8,8 +8,18 @@ from typing import Iterator
 import grpc
 import pytest
 from grpc_helpers import assert_clean, free_blocks, start
+from tool_call_model import build_tool_call_model
 
 from server import agentix_pb2_grpc
+
+
+@pytest.fixture(scope="session")
+def tool_call_model_dir(tmp_path_factory) -> str:
+    """The model that answers every chat with one hermes-style tool call
+    (tests/tool_call_model.py), built once."""
+    path = tmp_path_factory.mktemp("tool-call-model")
+    build_tool_call_model(path)
+    return str(path)
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import json
 import grpc
 import pytest
 from grpc_helpers import collect, server_config
-from tool_call_model import CALL_TEXT, build_tool_call_model
+from tool_call_model import CALL_ARGUMENTS as ARGUMENTS, CALL_TEXT
 
 from server import agentix_pb2 as pb
 from server import agentix_pb2_grpc
@@ -19,14 +19,11 @@ from server.app import start_server
 TOOL = pb.Tool(name="get_weather", description="the weather",
                parameters_json=json.dumps({"type": "object",
                                            "properties": {"city": {"type": "string"}}}))
-ARGUMENTS = '{"city": "Paris"}'
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tool-call-model")
-    build_tool_call_model(path)
-    return str(path)
+def model_dir(tool_call_model_dir):
+    return tool_call_model_dir
 
 
 def stub_of(model_dir: str, **options):

@@ -7,19 +7,17 @@ from __future__ import annotations
 
 import openai
 import pytest
-from tool_call_model import CALL_TEXT, build_tool_call_model
+from tool_call_model import CALL_ARGUMENTS as ARGUMENTS, CALL_TEXT
 
-from test_http_tools import ARGUMENTS, serve
+from test_http_tools import serve
 
 TOOLS = [{"type": "function", "name": "get_weather", "description": "the weather",
           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]
 
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tool-call-model")
-    build_tool_call_model(path)
-    server = serve(str(path), tool_call_parser="hermes")
+def client(tool_call_model_dir):
+    server = serve(tool_call_model_dir, tool_call_parser="hermes")
     with openai.OpenAI(base_url=f"http://{server.http_address}/v1", api_key="unused",
                        max_retries=0) as client:
         yield client

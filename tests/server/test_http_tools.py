@@ -11,7 +11,7 @@ import json
 import openai
 import pytest
 from grpc_helpers import server_config
-from tool_call_model import CALL_TEXT, build_tool_call_model
+from tool_call_model import CALL_ARGUMENTS as ARGUMENTS, CALL_TEXT
 
 from server.app import start_server
 
@@ -19,14 +19,11 @@ TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "parameters": {"type": "object",
                                           "properties": {"city": {"type": "string"}}}}}]
 MESSAGES = [{"role": "user", "content": "hello"}]
-ARGUMENTS = '{"city": "Paris"}'
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tool-call-model")
-    build_tool_call_model(path)
-    return str(path)
+def model_dir(tool_call_model_dir):
+    return tool_call_model_dir
 
 
 def serve(model_dir: str, **options):
