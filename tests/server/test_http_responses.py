@@ -9,19 +9,10 @@ import openai
 import pytest
 from tool_call_model import CALL_ARGUMENTS as ARGUMENTS, CALL_TEXT
 
-from test_http_tools import serve
+from test_http_tools import client, model_dir  # noqa: F401  (fixtures: the hermes server)
 
 TOOLS = [{"type": "function", "name": "get_weather", "description": "the weather",
           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]
-
-
-@pytest.fixture(scope="module")
-def client(tool_call_model_dir):
-    server = serve(tool_call_model_dir, tool_call_parser="hermes")
-    with openai.OpenAI(base_url=f"http://{server.http_address}/v1", api_key="unused",
-                       max_retries=0) as client:
-        yield client
-    server.stop(grace=0)
 
 
 def create(client, **body):
