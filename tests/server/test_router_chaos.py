@@ -144,3 +144,42 @@ def test_stopping_the_router_mid_stream_ends_the_stream_retryably_and_leaves_not
     finally:
         router.stop(grace=0)
         replica.stop(grace=0)
+
+
+class _SlowExecutor:
+    """Runs every step through `inner`, then sleeps `seconds` (a replica at a fraction of
+    its speed)."""
+
+    def __init__(self, inner, seconds: float) -> None:
+        self.inner, self.seconds = inner, seconds
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def execute(self, plan):
+        result = self.inner.execute(plan)
+        time.sleep(self.seconds)
+        return result
+
+
+def test_a_replica_at_a_tenth_of_its_speed_holds_up_no_program(tiny_llama_dir):
+    """Replica 0's every step takes 50 ms more (a tenth of its speed or less), behind
+    least_loaded placement: every program finishes and both replicas end idle. (Which
+    replica gets more calls is not asserted: with loads polled every 0.2 s, calls placed
+    between two polls follow the same stale figure, and in 1 of 4 runs the slow replica
+    got the larger share.)"""
+    replicas = [start(tiny_llama_dir, router_token=TOKEN) for _ in range(2)]
+    replicas[0].engine_loop.call(
+        lambda engine: setattr(engine, "executor", _SlowExecutor(engine.executor, 0.05)))
+    router = router_over(replicas, make_placement("least_loaded"))
+    try:
+        assert not run_programs(router.address, count=6, calls=4, max_tokens=16)
+        tokens = [r.engine_loop.call(lambda e: e.counters.generation_tokens)
+                  for r in replicas]
+        assert sum(tokens) == 6 * 4 * 16 and min(tokens) > 0
+        for replica in replicas:
+            wait_idle(replica, timeout=10)
+    finally:
+        router.stop(grace=0)
+        for replica in replicas:
+            replica.stop(grace=0)
