@@ -5,6 +5,7 @@ ends with a clear retryable status, and no call is left on any replica."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -45,14 +46,28 @@ def run_programs(address: str, count: int, calls: int, max_tokens: int) -> list:
     return errors
 
 
+@contextlib.contextmanager
+def replicas_behind_least_loaded(model_dir: str, **options):
+    """Two in-process replicas (`options` for both) behind a least_loaded router; on
+    leaving (the body done), both replicas must end idle, then everything stops."""
+    replicas = [start(model_dir, router_token=TOKEN, **options) for _ in range(2)]
+    router = router_over(replicas, make_placement("least_loaded"))
+    try:
+        yield replicas, router
+        for replica in replicas:
+            wait_idle(replica, timeout=10)
+    finally:
+        router.stop(grace=0)
+        for replica in replicas:
+            replica.stop(grace=0)
+
+
 def test_a_replica_that_hangs_with_its_health_answering_is_avoided(tiny_llama_dir):
     """Replica 0's engine thread blocks for 4 s while its gRPC health still answers: its
     stall detection (1 s) turns it NOT_SERVING, the router places new calls on replica 1
     meanwhile, and once the engine moves again every call finishes on one or the other."""
-    replicas = [start(tiny_llama_dir, router_token=TOKEN, health_stall_seconds=1.0)
-                for _ in range(2)]
-    router = router_over(replicas, make_placement("least_loaded"))
-    try:
+    with replicas_behind_least_loaded(tiny_llama_dir, health_stall_seconds=1.0) as (
+            replicas, router):
         core = router.router
         hang = threading.Thread(target=lambda: replicas[0].engine_loop.call(
             lambda engine: time.sleep(4.0)))
@@ -64,12 +79,6 @@ def test_a_replica_that_hangs_with_its_health_answering_is_avoided(tiny_llama_di
         hang.join(10)
         wait_until(lambda: router.call(lambda: core.replicas[0].healthy), timeout=10,
                    what="replica 0 serving again")
-        for replica in replicas:
-            wait_idle(replica, timeout=10)
-    finally:
-        router.stop(grace=0)
-        for replica in replicas:
-            replica.stop(grace=0)
 
 
 @pytest.mark.slow
@@ -168,18 +177,10 @@ def test_a_replica_at_a_tenth_of_its_speed_holds_up_no_program(tiny_llama_dir):
     replica gets more calls is not asserted: with loads polled every 0.2 s, calls placed
     between two polls follow the same stale figure, and in 1 of 4 runs the slow replica
     got the larger share.)"""
-    replicas = [start(tiny_llama_dir, router_token=TOKEN) for _ in range(2)]
-    replicas[0].engine_loop.call(
-        lambda engine: setattr(engine, "executor", _SlowExecutor(engine.executor, 0.05)))
-    router = router_over(replicas, make_placement("least_loaded"))
-    try:
+    with replicas_behind_least_loaded(tiny_llama_dir) as (replicas, router):
+        replicas[0].engine_loop.call(lambda engine: setattr(
+            engine, "executor", _SlowExecutor(engine.executor, 0.05)))
         assert not run_programs(router.address, count=6, calls=4, max_tokens=16)
         tokens = [r.engine_loop.call(lambda e: e.counters.generation_tokens)
                   for r in replicas]
         assert sum(tokens) == 6 * 4 * 16 and min(tokens) > 0
-        for replica in replicas:
-            wait_idle(replica, timeout=10)
-    finally:
-        router.stop(grace=0)
-        for replica in replicas:
-            replica.stop(grace=0)
