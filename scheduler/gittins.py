@@ -88,13 +88,17 @@ class IndexTable:
         """The lowest and highest log G of the table."""
         return min(self.log_index), max(self.log_index)
 
+    def log_value(self, attained: float) -> float:
+        """log G at `attained` service."""
+        return self.log_index[bisect.bisect_right(self.points, attained) - 1]
+
     def level(self, attained: float, num_levels: int,
               span: tuple[float, float] | None = None) -> int:
         """The level of `attained` service among `num_levels`: equal shares of the log range
         `span` (low, high) of the index (default: this table's own), the highest index at
         level 0. Tables of several classes share one span, so their levels compare."""
         low, high = span or self.span
-        value = self.log_index[bisect.bisect_right(self.points, attained) - 1]
+        value = self.log_value(attained)
         rank = (high - value) / (high - low) if high > low else 0.0
         return min(num_levels - 1, max(0, int(rank * num_levels)))
 
@@ -126,6 +130,12 @@ class SizeLearner:
         programs are long); None before any table exists."""
         table = self.table(key)
         return None if table is None else table.level(attained, num_levels, self._span)
+
+    def log_index(self, key: Hashable, attained: float) -> float | None:
+        """log G of a program of class `key` with `attained` service; None before any
+        table exists."""
+        table = self.table(key)
+        return None if table is None else table.log_value(attained)
 
     def num_samples(self, key: Hashable | None = None) -> int:
         """Samples held for class `key` (overall when None)."""

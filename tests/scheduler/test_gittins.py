@@ -100,10 +100,11 @@ def test_learner_rejects_bad_bounds(bad):
         SizeLearner(**bad)
 
 
-def trained(history: list[list[int]]) -> Sim:
-    """A `gittins` Sim whose learner has seen 16 finished programs, program i making the
-    sequential calls of output lengths `history[i % len(history)]` (prompt 8 each)."""
-    sim = Sim("gittins", **BASE)
+def trained(history: list[list[int]], **overrides) -> Sim:
+    """A `gittins` Sim (BASE with `overrides`) whose learner has seen 16 finished programs,
+    program i making the sequential calls of output lengths `history[i % len(history)]`
+    (prompt 8 each)."""
+    sim = Sim("gittins", **{**BASE, **overrides})
     for i in range(16):
         name = f"train-{i}"
         sim.start(name)
@@ -140,6 +141,15 @@ def test_gittins_is_least_attained_service_under_a_heavy_tail():
     # most programs make one call of service 15, one in four goes on for ten
     sim = trained([[8], [8], [8], [8] * 10])
     assert old_program_returns_with_two_newcomers(sim) == ["new-1", "new-2", "old-1"]
+
+
+@pytest.mark.parametrize("history, order", [([[8, 8]], ["old-1", "new-1", "new-2"]),
+                                            ([[8], [8], [8], [8] * 10],
+                                             ["new-1", "new-2", "old-1"])])
+def test_inside_one_level_calls_go_by_their_index(history, order):
+    # one level: the index alone orders the calls (then program FCFS for equal indices)
+    sim = trained(history, num_queues=1)
+    assert old_program_returns_with_two_newcomers(sim) == order
 
 
 def test_gittins_is_program_fcfs_until_it_has_seen_enough_programs():
