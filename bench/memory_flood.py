@@ -1,40 +1,55 @@
-"""How much memory can a client make the server hold? Server RSS under two StartProgram floods.
+"""How much memory can a client make the server hold? Server RSS under StartProgram floods and
+HTTP floods.
 
     python -m bench.memory_flood [--model DIR] [--server-root DIR] [--json]
 
 Method. Each flood gets a fresh server process (`python -m server.cli serve --model DIR
---port 0`, cwd and PYTHONPATH `--server-root`; see bench.stall.Server), so that one flood's
-programs cannot fill a program cap the other would then hit. After a warm-up (a few short
-programs started and ended, one short call) and a 1 s settle, the server's RSS (psutil, on the
-server's pid) is the baseline; after each flood step it is read again after --settle seconds.
+--port 0`, with `--http-port 0` for the http_* floods, cwd and PYTHONPATH `--server-root`;
+see bench.server_process.Server), so that one flood's programs cannot fill a program cap the
+other would then hit. After a warm-up (a few short programs started and ended, one short
+call; for the http_* floods also three 1-token completions and one refused body over HTTP)
+and a 1 s settle, the server's RSS (psutil, on the server's pid) is the baseline; after each
+flood step it is read again after --settle seconds.
 
   program_flood  --programs (200) StartProgram calls, each with its own 1 MB program id,
                  never ended.
   tenant_flood   --cycles (5) cycles of --cycle-programs (100) programs, each started with its
                  own 1 MB tenant name (without auth the request's tenant field is used) and
                  ended at once; RSS after every cycle.
+  http_program_ids     --http-programs (2,000) 1-token /v1/completions on one keep-alive
+                       connection, each with a new X-Program-Id (200, or 429 past the
+                       program caps; the programs are never ended).
+  http_refused_bodies  --http-bodies (200) POST /v1/completions, alternately a 1 MB body that
+                       is not JSON and a prompt of 1 MB + 1 byte (past the default
+                       --max-prompt-bytes): 400 expected.
 
-Every refusal (by status: INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ...) is counted and the flood
-goes on. Reported: RSS before and after (after each cycle), growth in MB, and the requests
-accepted and refused. Default model: the tiny test model (/tmp/tinyllm, built if missing);
-memory figures do not need SmolLM2.
+A checkout whose serve has no --http-port skips the http_* floods (`skipped`). Every refusal (by
+status: INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ...; HTTP: by status code, or by error class for a
+connection that failed) is counted and the flood goes on. Reported: RSS before and after (after
+each cycle), growth in MB, and the requests accepted and refused. Default model: the tiny test
+model (/tmp/tinyllm, built if missing); memory figures do not need SmolLM2.
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
+import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import grpc
 
-from bench.stall import MB, REPO_ROOT, Server, code_name, emit, git_commit, long_id
+from bench.server_process import MB, Server, git_commit, serves_http
+from bench.stall import REPO_ROOT, code_name, emit, long_id
+from bench.stall_http import HttpClient
 from server import agentix_pb2 as pb
 from server import agentix_pb2_grpc
 
 TINY_DIR = Path("/tmp/tinyllm")
+PROMPT = [5, 6, 7, 8]  # token ids: valid in any vocab of >= 128
 
 
 def ensure_tiny_model(path: Path = TINY_DIR) -> str:
@@ -64,6 +79,19 @@ class Counter:
         self.accepted += 1
         return result
 
+    def post(self, client: HttpClient, path: str, body: bytes,
+             headers: dict[str, str] | None = None) -> None:
+        """POST on `client`: 2xx accepted, else refused by status (or by error class)."""
+        try:
+            status = client.post(path, body, headers)
+        except (OSError, http.client.HTTPException) as error:
+            self.refused[type(error).__name__] = self.refused.get(type(error).__name__, 0) + 1
+            return
+        if 200 <= status < 300:
+            self.accepted += 1
+        else:
+            self.refused[str(status)] = self.refused.get(str(status), 0) + 1
+
     def as_dict(self) -> dict[str, Any]:
         return {"accepted": self.accepted, "refused": dict(self.refused),
                 "refused_total": sum(self.refused.values())}
@@ -80,7 +108,7 @@ def warm_up(stub: agentix_pb2_grpc.AgentixStub, settle: float) -> None:
         started = stub.StartProgram(pb.StartProgramRequest(tenant=f"warm-{i}"), timeout=60)
         stub.EndProgram(pb.EndProgramRequest(program_id=started.program_id), timeout=60)
     request = pb.GenerateRequest(sampling=pb.SamplingParams(max_tokens=8, ignore_eos=True))
-    request.token_ids.ids.extend([5, 6, 7, 8])
+    request.token_ids.ids.extend(PROMPT)
     for _ in stub.Generate(request, timeout=120):
         pass
     time.sleep(settle)
@@ -136,6 +164,48 @@ def tenant_flood(server: Server, args: argparse.Namespace) -> dict[str, Any]:
             "per_cycle": cycles}
 
 
+def http_flood(server: Server, args: argparse.Namespace, requests: int,
+               make: Callable[[int], tuple[bytes, dict[str, str] | None]]) -> dict[str, Any]:
+    """Warm up (gRPC and HTTP), then POST `make(n)` = (body, headers) for n < `requests` to
+    /v1/completions on one keep-alive connection; RSS before and after."""
+    channel, stub = connect(server)
+    warm_up(stub, 0.0)
+    client = HttpClient(server.http_address)
+    warm = Counter()
+    for body in [json.dumps({"prompt": PROMPT, "max_tokens": 1}).encode()] * 3 + [b"{"]:
+        warm.post(client, "/v1/completions", body)
+    time.sleep(args.settle)
+    before = server.rss_mb()
+    counter = Counter()
+    started = time.monotonic()
+    for n in range(requests):
+        counter.post(client, "/v1/completions", *make(n))
+    seconds = time.monotonic() - started
+    time.sleep(args.settle)
+    after = server.rss_mb()
+    client.close()
+    channel.close()
+    return {"requests": requests, **counter.as_dict(), "flood_s": round(seconds, 2),
+            "rss_mb_before": round(before, 1), "rss_mb_after": round(after, 1),
+            "growth_mb": round(after - before, 1)}
+
+
+def http_program_ids(server: Server, args: argparse.Namespace) -> dict[str, Any]:
+    body = json.dumps({"prompt": PROMPT, "max_tokens": 1}).encode()
+    return http_flood(server, args, args.http_programs,
+                      lambda n: (body, {"X-Program-Id": f"http-flood-{n}"}))
+
+
+def http_refused_bodies(server: Server, args: argparse.Namespace) -> dict[str, Any]:
+    bodies = (b"{" + b"x" * (MB - 1), json.dumps({"prompt": "a " * (MB // 2) + "a"}).encode())
+    result = http_flood(server, args, args.http_bodies, lambda n: (bodies[n % 2], None))
+    return {**result, "bodies": ["1 MB, not JSON", "a prompt of 1 MB + 1 byte"]}
+
+
+FLOODS = {"program_flood": program_flood, "tenant_flood": tenant_flood,
+          "http_program_ids": http_program_ids, "http_refused_bodies": http_refused_bodies}
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.memory_flood", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -148,9 +218,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="programs started and ended per tenant_flood cycle")
     parser.add_argument("--id-bytes", type=int, default=MB,
                         help="length of each program id / tenant name")
+    parser.add_argument("--http-programs", type=int, default=2000,
+                        help="http_program_ids' requests (each a new X-Program-Id)")
+    parser.add_argument("--http-bodies", type=int, default=200,
+                        help="http_refused_bodies' requests")
     parser.add_argument("--settle", type=float, default=1.0,
                         help="seconds to wait before each RSS reading")
-    parser.add_argument("--floods", default="program_flood,tenant_flood",
+    parser.add_argument("--floods", default=",".join(FLOODS),
                         help="comma-separated floods to run")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     return parser.parse_args(argv)
@@ -159,16 +233,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     model = args.model or ensure_tiny_model()
-    floods = {"program_flood": program_flood, "tenant_flood": tenant_flood}
+    names = [f.strip() for f in args.floods.split(",") if f.strip()]
     started = time.monotonic()
     report: dict[str, Any] = {
         "bench": "memory_flood", "model": model,
         "server_root": str(args.server_root.resolve()),
         "server_commit": git_commit(args.server_root), "floods": {}}
-    for name in (f.strip() for f in args.floods.split(",") if f.strip()):
+    http = any(name.startswith("http_") for name in names) and serves_http(args.server_root)
+    for name in names:
+        if name.startswith("http_") and not http:
+            report["floods"][name] = {"skipped": "the server has no --http-port"}
+            continue
         flood_started = time.monotonic()
-        with Server(model, args.server_root) as server:
-            result = floods[name](server, args)
+        with Server(model, args.server_root, http=name.startswith("http_")) as server:
+            result = FLOODS[name](server, args)
         result["run_s"] = round(time.monotonic() - flood_started, 1)
         report["floods"][name] = result
     return emit(report, started, args.json, print_table)
@@ -180,7 +258,10 @@ def print_table(report: dict[str, Any]) -> None:
     print("| flood | requests | accepted | refused | RSS before MB | RSS after MB | growth MB |")
     print("|---|---|---|---|---|---|---|")
     for name, r in report["floods"].items():
-        if name == "program_flood":
+        if "skipped" in r:
+            print(f"| {name} | skipped: {r['skipped']} | | | | | |")
+            continue
+        if "requests" in r:
             requests, counts = r["requests"], r
         else:
             requests, counts = r["cycles"] * r["cycle_programs"], r["starts"]

@@ -1,15 +1,20 @@
-"""Can other clients stall a victim's stream? Victim tokens/s alone and under three attacks.
+"""Can other clients stall a victim's stream? Victim tokens/s and inter-token gaps, alone and
+under gRPC and HTTP attacks.
 
-    python -m bench.stall [--model DIR] [--seconds S] [--server-root DIR] [--json]
+    python -m bench.stall [--model DIR] [--seconds S] [--server-root DIR] [--no-http] [--json]
 
-Method. The server runs as its own process (`python -m server.cli serve --model DIR --port 0`,
-run with cwd and PYTHONPATH set to `--server-root`, so an older checkout can be measured with
-this script). A victim thread streams one long call (prompt: a few token ids, `ignore_eos`,
-`max_tokens` up to --victim-max-tokens, repeated if it finishes) and every delta's arrival time
-is recorded. Each phase: the attackers are spawned (multiprocessing "spawn", so the clients'
-GIL does not distort the server measurement) and wait ready; the victim starts and gets its
-first token; the attackers are released; after --ramp seconds the measured window of S
-seconds begins. Victim tokens/s = tokens delivered inside the window / its length. Phases:
+Method. The server runs as its own process (`python -m server.cli serve --model DIR --port 0
+--http-port 0`, run with cwd and PYTHONPATH set to `--server-root`, so an older checkout can be
+measured with this script; one whose serve has no --http-port, or --no-http, runs without the
+HTTP phases and says so in `http_skipped`). A victim thread streams one long call over gRPC
+(prompt: a few token ids, `ignore_eos`, `max_tokens` up to --victim-max-tokens, repeated if it
+finishes) and every delta's arrival time is recorded. Each phase: the attackers are spawned
+(multiprocessing "spawn", so the clients' GIL does not distort the server measurement) and wait
+ready; the victim starts and gets its first token; the attackers are released; after --ramp
+seconds the measured window of S seconds begins. Victim tokens/s = tokens delivered inside the
+window / its length; its inter-token gaps inside the window give `victim_gap_p99_ms`,
+`victim_gap_max_ms` and `gap_ok` (largest gap <= 3 x the alone phase's P99; bench.stall_gaps).
+Phases:
 
   alone         no attackers.
   huge_prompt   2 attackers loop on Generate with a 3.9 MB text prompt.
@@ -22,13 +27,17 @@ seconds begins. Victim tokens/s = tokens delivered inside the window / its lengt
                 (short ids if a probe with a 1 MB id is refused with INVALID_ARGUMENT). Last,
                 since its programs stay; stopped early if the server's RSS grows by more than
                 --rss-guard-mb (`rss_guard_hit`).
+  http_*        over the HTTP door, before program_flood: http_huge_body, http_slowloris,
+                http_n16, http_sse_nonreader, http_program_ids (bench.stall_http says what
+                each sends; its answers are counted by HTTP status).
 
 Refusals (INVALID_ARGUMENT, RESOURCE_EXHAUSTED) are normal for attackers: counted, then the
 attacker loops on. An attack request is accepted once StartProgram returns or a call's first
 response arrives; calls still streaming when the phase ends are cancelled. Per phase: the
-victim's tokens/s, its ratio to alone, attack requests accepted / refused (by status) / failed
-otherwise, and the server's RSS before and after. Between phases the script waits until the
-server has no running or waiting calls.
+victim's tokens/s, its ratio to alone, its P99 and largest inter-token gap and `gap_ok`,
+attack requests accepted / refused (by status) / failed otherwise, and the server's RSS
+before and after. Between phases the script waits until the server has no running or
+waiting calls.
 """
 
 from __future__ import annotations
@@ -38,90 +47,29 @@ import json
 import multiprocessing as mp
 import os
 import random
-import select
 import string
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 import grpc
-import psutil
 
+from bench.server_process import MB, Server, git_commit, serves_http
+from bench.stall_gaps import gap_stats, gap_verdict, gaps_in
+from bench.stall_http import HTTP_PHASES, http_attacker, phase_info
 from server import agentix_pb2 as pb
 from server import agentix_pb2_grpc
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-MB = 1 << 20
 HUGE_PROMPT_BYTES = 3_900_000
 REFUSED = {"INVALID_ARGUMENT", "RESOURCE_EXHAUSTED"}
 STOP_VARIANTS = {"200000x10": (200_000, 10), "16x256": (16, 256)}
 VICTIM_PROMPT = [17, 42, 99, 7, 123, 55, 8, 77]  # token ids: valid in any vocab of >= 128
 ATTACK_PROMPT = [11, 22, 33, 44]
-
-
-# ----- the server process ----------------------------------------------------------------
-
-class Server:
-    """`python -m server.cli serve --model DIR --port 0 [extra]` run from `root`; `address`
-    from its "agentix serving on HOST:PORT" line. stderr goes to a log file (shown on
-    failure)."""
-
-    def __init__(self, model: str, root: Path, extra: list[str] = (), timeout: float = 300.0):
-        self.root = Path(root).resolve()
-        env = dict(os.environ, PYTHONPATH=str(self.root), PYTHONUNBUFFERED="1")
-        self.log = tempfile.NamedTemporaryFile("w+", prefix="agentix-serve-", suffix=".log")
-        cmd = [sys.executable, "-m", "server.cli", "serve", "--model", model, "--port", "0",
-               *extra]
-        self.proc = subprocess.Popen(cmd, cwd=self.root, env=env, stdout=subprocess.PIPE,
-                                     stderr=self.log, text=True)
-        self.pid = self.proc.pid
-        self.address = self._wait_address(timeout)
-        # Keep reading stdout so the server can never block on a full pipe.
-        threading.Thread(target=self.proc.stdout.read, daemon=True).start()
-
-    def _wait_address(self, timeout: float) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([self.proc.stdout], [], [], 0.5)
-            if ready:
-                line = self.proc.stdout.readline()
-                if line.startswith("agentix serving on "):
-                    return line.split()[-1]
-                if not line and self.proc.poll() is not None:
-                    break
-        self.stop()
-        self.log.seek(0)
-        raise RuntimeError(f"the server did not start:\n{self.log.read()[-3000:]}")
-
-    def rss_mb(self) -> float:
-        return psutil.Process(self.pid).memory_info().rss / MB
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def __enter__(self) -> Server:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-def git_commit(root: Path) -> str | None:
-    try:
-        return subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
+PHASES = ("alone", "huge_prompt", "plain_calls", "stop_list", "http_huge_body", "http_slowloris",
+          "http_n16", "http_sse_nonreader", "http_program_ids", "program_flood")
 
 
 def code_name(error: grpc.RpcError) -> str:
@@ -230,14 +178,17 @@ def attacker(kind: str, address: str, spec: dict[str, Any], index: int, ready: A
 
 
 def merge_counts(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The attackers' counts added up (every count a part has: accepted, requests,
+    cancelled_at_end, held_at_end, ...; refused and failed by code), with totals and rate."""
     total: dict[str, Any] = {"accepted": 0, "refused": {}, "failed": {}, "requests": 0,
                              "cancelled_at_end": 0}
     for part in parts:
-        for key in ("accepted", "requests", "cancelled_at_end"):
-            total[key] += part.get(key, 0)
-        for key in ("refused", "failed"):
-            for code, n in part[key].items():
-                total[key][code] = total[key].get(code, 0) + n
+        for key, value in part.items():
+            if key in ("refused", "failed"):
+                for code, n in value.items():
+                    total[key][code] = total[key].get(code, 0) + n
+            elif key != "seconds":
+                total[key] = total.get(key, 0) + value
     total["refused_total"] = sum(total["refused"].values())
     total["failed_total"] = sum(total["failed"].values())
     seconds = max((p["seconds"] for p in parts), default=0.0)
@@ -248,13 +199,14 @@ def merge_counts(parts: list[dict[str, Any]]) -> dict[str, Any]:
 # ----- the victim ----------------------------------------------------------------------------
 
 class Victim:
-    """Streams calls back to back on its own channel, recording (time, tokens) per delta."""
+    """Streams calls back to back on its own channel, recording (time, tokens, call) per
+    delta."""
 
     def __init__(self, address: str, max_tokens: int) -> None:
         self.channel = grpc.insecure_channel(address)
         self.stub = agentix_pb2_grpc.AgentixStub(self.channel)
         self.request = generate_request(VICTIM_PROMPT, max_tokens)
-        self.arrivals: list[tuple[float, int]] = []
+        self.arrivals: list[tuple[float, int, int]] = []
         self.errors: dict[str, int] = {}
         self.calls = 0
         self.first_token = threading.Event()
@@ -272,7 +224,8 @@ class Victim:
             try:
                 for response in self._call:
                     if response.WhichOneof("kind") == "delta":
-                        self.arrivals.append((time.monotonic(), len(response.delta.token_ids)))
+                        self.arrivals.append((time.monotonic(), len(response.delta.token_ids),
+                                              self.calls))
                         self.first_token.set()
             except grpc.RpcError as error:
                 if not self._stop.is_set():
@@ -281,7 +234,7 @@ class Victim:
                     time.sleep(0.1)
 
     def tokens_between(self, t0: float, t1: float) -> int:
-        return sum(n for t, n in list(self.arrivals) if t0 <= t < t1)
+        return sum(n for t, n, _ in list(self.arrivals) if t0 <= t < t1)
 
     def stop(self) -> None:
         self._stop.set()
@@ -300,10 +253,12 @@ def run_phase(server: Server, stub: agentix_pb2_grpc.AgentixStub, kind: str | No
     ctx = mp.get_context("spawn")
     go, stop, results = ctx.Event(), ctx.Event(), ctx.Queue()
     procs, readies = [], []
+    target, address = ((http_attacker, server.http_address) if kind in HTTP_PHASES
+                       else (attacker, server.address))
     for i in range(args.attackers if kind else 0):
         ready = ctx.Event()
-        proc = ctx.Process(target=attacker, args=(kind, server.address, spec, i, ready, go,
-                                                  stop, results), daemon=True)
+        proc = ctx.Process(target=target, args=(kind, address, spec, i, ready, go, stop,
+                                                results), daemon=True)
         proc.start()
         procs.append(proc)
         readies.append(ready)
@@ -334,6 +289,7 @@ def run_phase(server: Server, stub: agentix_pb2_grpc.AgentixStub, kind: str | No
     out: dict[str, Any] = {
         "victim_tokens": tokens, "window_s": round(t1 - t0, 3),
         "victim_tokens_per_s": round(tokens / (t1 - t0), 2), "victim_calls": victim.calls,
+        **gap_stats(gaps_in(list(victim.arrivals), t0, t1)),
         "victim_errors": victim.errors, "quiet_wait_s": round(quiet_wait, 2),
         "server_rss_mb_before": round(rss_before, 1), "server_rss_mb_end": round(rss_peak, 1),
     }
@@ -395,8 +351,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="max_tokens of the stop_list / plain_calls attack calls")
     parser.add_argument("--rss-guard-mb", type=float, default=4000.0,
                         help="end program_flood early past this server RSS growth")
-    parser.add_argument("--phases", default="alone,huge_prompt,plain_calls,stop_list,"
-                        "program_flood", help="comma-separated phases to run, in order")
+    parser.add_argument("--phases", default=",".join(PHASES),
+                        help="comma-separated phases to run, in order")
+    parser.add_argument("--no-http", action="store_true",
+                        help="serve no HTTP port and skip the http_* phases (the gRPC-only run)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     return parser.parse_args(argv)
 
@@ -413,7 +371,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "bench": "stall", "model": args.model, "server_root": str(args.server_root.resolve()),
         "server_commit": git_commit(args.server_root), "seconds": args.seconds,
         "attackers": args.attackers, "phases": {}}
-    with Server(args.model, args.server_root, extra) as server:
+    http = any(p in HTTP_PHASES for p in phases)
+    if http and (args.no_http or not serves_http(args.server_root)):
+        report["http_skipped"] = ("--no-http" if args.no_http
+                                  else "the server has no --http-port")
+        phases = [p for p in phases if p not in HTTP_PHASES]
+        http = False
+    with Server(args.model, args.server_root, extra, http=http) as server:
         report["server_start_s"] = round(time.monotonic() - started, 1)
         channel = grpc.insecure_channel(server.address,
                                         options=[("grpc.max_send_message_length", -1)])
@@ -422,7 +386,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         spec: dict[str, Any] = {
             "victim_max_tokens": max(1, min(args.victim_max_tokens,
                                             max_len - len(VICTIM_PROMPT) - 1)),
-            "max_tokens": max(1, min(args.attack_max_tokens, max_len - len(ATTACK_PROMPT) - 1))}
+            "max_tokens": max(1, min(args.attack_max_tokens, max_len - len(ATTACK_PROMPT) - 1)),
+            "attackers": args.attackers, "prompt": ATTACK_PROMPT,
+            "http_max_tokens": max_len - len(ATTACK_PROMPT)}
         report.update(max_model_len=max_len, victim_max_tokens=spec["victim_max_tokens"],
                       attack_max_tokens=spec["max_tokens"])
         for phase in phases:
@@ -437,6 +403,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 info = {"id_bytes": spec["id_bytes"], "probe_refusal": refusal}
             elif phase == "huge_prompt":
                 info = {"prompt_bytes": HUGE_PROMPT_BYTES}
+            elif phase in HTTP_PHASES:
+                info = phase_info(phase, spec)
             phase_started = time.monotonic()
             result = run_phase(server, stub, kind, spec, args)
             result.update(info, phase_s=round(time.monotonic() - phase_started, 1))
@@ -445,10 +413,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 print(f"{phase}: {result['victim_tokens_per_s']} tokens/s", file=sys.stderr,
                       flush=True)
         channel.close()
-    alone = report["phases"].get("alone", {}).get("victim_tokens_per_s")
+    alone = report["phases"].get("alone", {})
     for result in report["phases"].values():
-        result["ratio_to_alone"] = (round(result["victim_tokens_per_s"] / alone, 4)
-                                    if alone else None)
+        result["ratio_to_alone"] = (round(result["victim_tokens_per_s"]
+                                          / alone["victim_tokens_per_s"], 4)
+                                    if alone.get("victim_tokens_per_s") else None)
+        result["gap_ok"] = gap_verdict(result, alone.get("victim_gap_p99_ms"))
     return emit(report, started, args.json, print_table)
 
 
@@ -465,17 +435,21 @@ def emit(report: dict[str, Any], started: float, as_json: bool,
 
 def print_table(report: dict[str, Any]) -> None:
     print(f"victim tokens/s, {report['seconds']:g} s windows, server {report['server_root']} "
-          f"({(report['server_commit'] or '?')[:10]})")
-    print("| phase | victim tok/s | ratio | attack accepted | refused | failed | attack req/s |")
-    print("|---|---|---|---|---|---|---|")
+          f"({(report['server_commit'] or '?')[:10]})"
+          + (f"; HTTP phases skipped: {report['http_skipped']}" if "http_skipped" in report
+             else ""))
+    print("| phase | victim tok/s | ratio | P99 gap ms | max gap ms | gap ok | attack accepted "
+          "| refused | failed | attack req/s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, r in report["phases"].items():
         a = r.get("attack")
         label = name + (f" ({r['variant']})" if "variant" in r else "") \
             + (f" (id {r['id_bytes']} B)" if "id_bytes" in r else "")
         cells = ([a["accepted"], a["refused_total"], a["failed_total"], a["requests_per_s"]]
                  if a else ["-"] * 4)
+        gaps = [r["victim_gap_p99_ms"], r["victim_gap_max_ms"], r["gap_ok"]]
         print(f"| {label} | {r['victim_tokens_per_s']} | {r['ratio_to_alone']} | "
-              + " | ".join(str(c) for c in cells) + " |")
+              + " | ".join(str(c) for c in gaps + cells) + " |")
 
 
 if __name__ == "__main__":
