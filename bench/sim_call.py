@@ -40,5 +40,6 @@ class SimCall:
     def num_remaining_tokens(self) -> int:
         return self.output_len - self.num_generated
 
-    def stop_reason(self, token: int) -> str | None:
+    def append_token(self, token: int) -> str | None:
+        self.all_token_ids.append(token)
         return "length" if self.num_remaining_tokens <= 0 else None

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from engine.detokenizer import StopStringScanner
 from engine.logprobs import TokenLogprob
 from engine.sampling_params import SamplingParams
+from engine.structured.state import GrammarState
 from scheduler.call_state import CallStatus
 
 __all__ = ["Call", "CallStatus", "FinishReason"]
@@ -47,6 +48,8 @@ class Call:
     # The engine's incremental text and stop-string scan, for a call with stop strings
     # (made at its first token; None for calls without stop strings).
     stop_scanner: StopStringScanner | None = field(default=None, repr=False)
+    # Its output grammar's state (structured output), advanced with every token it appends.
+    grammar: GrammarState | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.all_token_ids = list(self.prompt_token_ids)
@@ -72,9 +75,18 @@ class Call:
         """Tokens it may still generate: up to `max_tokens` and the model's context."""
         return self._token_limit - len(self.all_token_ids)
 
-    def stop_reason(self, token: int) -> str | None:
-        """STOP for a stop token id or (unless `ignore_eos`) an EOS id, LENGTH once the token
-        limit is reached, else None; stop strings are the engine's (they need the text)."""
+    def append_token(self, token: int) -> str | None:
+        """Append a sampled `token`; then STOP for a stop token id, (unless `ignore_eos`) an
+        EOS id or an output grammar now complete, ERROR for a token the grammar refuses
+        (its mask forbids that: a fault), LENGTH once the token limit is reached, else None.
+        Stop strings are the engine's (they need the text)."""
+        self.all_token_ids.append(token)
+        if self.grammar is not None:
+            accepted = self.grammar.advance(token)
+            if not accepted:
+                return FinishReason.ERROR
+            if self.grammar.is_complete:
+                return FinishReason.STOP
         p = self.params
         if token in p.stop_token_ids or (not p.ignore_eos and token in self.eos_token_ids):
             return FinishReason.STOP

@@ -40,7 +40,17 @@ class LLM:
         if len(params) != len(prompts):
             raise ValueError(f"params: {len(params)} given for {len(prompts)} prompts")
         token_ids = [self.engine.tokenize_prompt(p) for p in prompts]
-        ids = [self.engine.add_call(None, t, sp) for t, sp in zip(token_ids, params)]
+        ids: list[str] = []
+        try:
+            for t, sp in zip(token_ids, params):
+                ids.append(self.engine.add_call(None, t, sp))
+        except Exception:  # a later call refused: the earlier ones are taken back
+            for call_id in ids:
+                self.engine.abort_call(call_id)
+            self.engine.step()  # delivers the aborts
+            for call_id in ids:
+                self.engine.pop_completion(call_id)
+            raise
         while self.engine.has_unfinished_calls():
             self.engine.step()
         return [self.engine.pop_completion(i) for i in ids]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -22,6 +23,9 @@ from engine.parallel.executor import TensorParallelExecutor
 from engine.outputs import CompletionOutput, StepOutput
 from engine.sampling_params import SamplingParams
 from engine.stats import EngineCounters, EngineStats
+from engine.structured.compiler import GrammarCompiler
+from engine.structured.spec import StructuredOutput
+from engine.structured.state import GrammarState
 from kvcache.manager import KVCacheManager
 from scheduler.ids import short
 from scheduler.plan import SchedulePlan
@@ -95,6 +99,9 @@ class LLMEngine:
         self._arrivals = itertools.count()
         self._ended: list[StepOutput] = []
         self.counters = EngineCounters()
+        self._grammars: GrammarCompiler | None = None  # made at the first constrained call
+        self._grammars_refused: str | None = None  # why it cannot be made, once known
+        self._grammars_lock = threading.Lock()
 
     def _longest_call_fitting(self, model: ModelInfo) -> int:
         """The longest call the pool can finish alone: the whole pool, or any length when
@@ -178,6 +185,7 @@ class LLMEngine:
         if params.stop and self.tokenizer is None:
             raise ValueError("stop: stop strings need a tokenizer (this model has none)")
         token_ids = self.tokenize_prompt(prompt)
+        grammar = None if params.structured is None else self.grammar_state(params.structured)
         if program_id is not None:
             self.scheduler.table.get(program_id)
         index = next(self._arrivals)
@@ -189,7 +197,7 @@ class LLMEngine:
             program_id = self.scheduler.start_program(now, f"call:{call_id}:{index}", tenant,
                                                       ephemeral=True)
         call = Call(call_id, token_ids, params, now, index, self.max_model_len, program_id,
-                    self.eos_token_ids)
+                    self.eos_token_ids, grammar=grammar)
         self.calls[call_id] = call
         self.scheduler.add(call, now, program_id, thread_id, expected_tool_seconds,
                            program_service, ttft_slo_seconds)
@@ -213,6 +221,37 @@ class LLMEngine:
         if self.tokenizer is None:
             return {i: str(i) for i in token_ids}
         return {i: self.tokenizer.decode([i]) for i in token_ids}
+
+    def detokenize(self, token_ids: list[int]) -> str:
+        """The text of `token_ids` (special tokens skipped, as in outputs). Safe from any
+        thread, like `tokenize_prompt`; ValueError naming `tokens` for an id outside the
+        vocabulary or a model without a tokenizer."""
+        if self.tokenizer is None:
+            raise ValueError("tokens: this model has no tokenizer to decode with")
+        bad = [t for t in token_ids if not isinstance(t, int) or not 0 <= t < self.vocab_size]
+        if bad:
+            raise ValueError(f"tokens: token id {bad[0]!r} is outside the vocabulary "
+                             f"[0, {self.vocab_size})")
+        return self.tokenizer.decode(token_ids)
+
+    def grammar_state(self, spec: StructuredOutput) -> GrammarState:
+        """A fresh start state of `spec`'s output grammar (compiled once, then cached). Safe
+        from any thread, like `tokenize_prompt` (a server may compile off the engine thread
+        first; `add_call` then finds it cached). ValueError naming the field when the model
+        has no tokenizer or the schema cannot be compiled."""
+        if self.tokenizer is None:
+            raise ValueError("structured: constrained decoding needs a tokenizer (this model "
+                             "has none)")
+        with self._grammars_lock:
+            if self._grammars is None and self._grammars_refused is None:
+                try:
+                    self._grammars = GrammarCompiler(self.tokenizer.hf_tokenizer,
+                                                     self.vocab_size)
+                except ValueError as exc:  # remembered: the tokenizer will not change
+                    self._grammars_refused = str(exc)
+        if self._grammars is None:
+            raise ValueError(self._grammars_refused)
+        return self._grammars.state(spec)
 
     def tokenize_prompt(self, prompt: Prompt) -> list[int]:
         """The prompt's token ids, or a ValueError naming what is wrong with it. Safe from
@@ -331,9 +370,9 @@ class LLMEngine:
             call.output_text = self.tokenizer.decode(call.output_token_ids)
 
     def close(self) -> None:
-        """Stop the tensor-parallel workers, if any (idempotent; a closed tensor-parallel
-        engine cannot step). Nothing else needs closing: memory goes with the engine."""
-        if isinstance(self.runner, TensorParallelExecutor):
+        """Stop the tensor-parallel workers, if any, and the grammar mask thread
+        (idempotent; a closed engine cannot step). Memory goes with the engine."""
+        if self.runner is not None:
             self.runner.close()
 
     # ----- results and checks -----------------------------------------------------------

@@ -17,6 +17,7 @@ from engine.parallel.layout import ShardLayout
 from engine.sampler import Sampler
 from engine.staging import HostStaging
 from engine.step_inputs import StepInputs
+from engine.structured.masks import MaskFiller
 from kvcache.kv_tensor import allocate_kv_cache, layer_kv
 from kvcache.swap import BulkSwapper
 from scheduler.plan import SchedulePlan
@@ -43,7 +44,12 @@ class ModelRunner:
         self.kv_layers = [layer_kv(self.kv_cache, i) for i in range(self.kv_spec.num_layers)]
         self.swapper = BulkSwapper(self.kv_cache, config.num_host_blocks)
         self.sampler = Sampler(config.seed)
+        self.masks = MaskFiller(files.args.vocab_size)
         self.staging = HostStaging(self.device) if self.device.type == "cuda" else None
+
+    def close(self) -> None:
+        """Stop the mask worker thread (idempotent)."""
+        self.masks.close()
 
     @property
     def num_kv_blocks(self) -> int:
@@ -54,13 +60,17 @@ class ModelRunner:
 
     @torch.inference_mode()
     def run(self, step: StepInputs, plan: SchedulePlan) -> StepResult:
-        """`forward` the step (flattened from `plan`), then sample its sampling chunks."""
+        """`forward` the step (flattened from `plan`), then sample its sampling chunks; the
+        constrained ones' masks are filled meanwhile and applied to their rows only (the
+        logprobs are the model's, before the mask)."""
+        sampling = [c for c in plan.chunks if c.samples]
+        masks = self.masks.start([c.call.grammar for c in sampling])
         logits, swap_seconds = self.forward(step)
         if logits is None:
             return StepResult([], swap_seconds)
-        sampling = [c for c in plan.chunks if c.samples]
         params = [c.call.params for c in sampling]
-        tokens = self.sampler(logits, params, [c.call.num_output_tokens for c in sampling])
+        tokens = self.sampler(self.masks.apply(logits, masks), params,
+                              [c.call.num_output_tokens for c in sampling])
         wanted = [p.logprobs for p in params]
         logprobs = (iter(token_logprobs(logits, tokens, wanted))
                     if any(k is not None for k in wanted) else None)

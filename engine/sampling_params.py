@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from engine.structured.spec import StructuredOutput
+
 GREEDY_BELOW = 1e-5  # a temperature this small samples greedily (logits / T would overflow)
 # Bounds on what one call may ask the engine to watch for (OpenAI allows 4 stop strings). The
 # stop-string scan of each new token costs O(MAX_STOP_STRINGS * MAX_STOP_STRING_CHARS) at most.
@@ -23,6 +25,8 @@ class SamplingParams:
     A `seed` makes the call's sampling reproducible, independent of its batch neighbours.
     `logprobs` (0 to 20; None: off) returns each sampled token's log-probability and that
     many most likely alternatives (`engine.logprobs`).
+    `structured` constrains the output to a grammar (`engine.structured`): every token is
+    sampled among those the grammar allows, and the call stops once the grammar is complete.
     A call stops at `max_tokens`, at any of `stop_token_ids`, at the model's EOS unless
     `ignore_eos`, or when its text ends with one of the `stop` strings (which is cut off).
     At most MAX_STOP_STRINGS stop strings of 1 to MAX_STOP_STRING_CHARS characters each, and at
@@ -38,7 +42,7 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
     ignore_eos: bool = False
     logprobs: int | None = None  # each token's logprob and this many top alternatives
-
+    structured: StructuredOutput | None = None  # the output's grammar (constrained decoding)
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -69,6 +73,9 @@ class SamplingParams:
                 self.logprobs, int) or not 0 <= self.logprobs <= MAX_LOGPROBS):
             raise ValueError(f"logprobs: must be an integer in [0, {MAX_LOGPROBS}] (None: "
                              f"off), got {self.logprobs!r}")
+        if self.structured is not None and not isinstance(self.structured, StructuredOutput):
+            raise ValueError(f"structured: must be a StructuredOutput, got "
+                             f"{type(self.structured).__name__}")
         if len(self.stop_token_ids) > MAX_STOP_TOKEN_IDS:
             raise ValueError(f"stop_token_ids: at most {MAX_STOP_TOKEN_IDS} ids, got "
                              f"{len(self.stop_token_ids)}")

@@ -18,6 +18,11 @@ class Tokenizer:
         """Render chats with `template` (Jinja text) instead of the model's own."""
         self._chat_template = template
 
+    @property
+    def hf_tokenizer(self):
+        """The transformers tokenizer itself (for libraries that read its vocabulary)."""
+        return self._tok
+
     def encode(self, text: str) -> list[int]:
         return list(self._tok(text)["input_ids"])
 

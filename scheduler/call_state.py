@@ -20,8 +20,8 @@ class SchedulableCall(Protocol):
     """A call as the scheduler sees it. `all_token_ids` is prompt + generated so far;
     `num_computed_tokens` of them have their K/V in the cache. The scheduler sets `status`,
     `num_computed_tokens` (on admission, preemption and after each step), `num_cached_tokens`
-    (prefix hits) and `num_preemptions`, and appends each sampled token (`Scheduler.update`);
-    `stop_reason` tells it when a sampled token ends the call."""
+    (prefix hits) and `num_preemptions`, and hands it each sampled token (`append_token`,
+    from `Scheduler.update`), which tells it when the token ends the call."""
 
     call_id: str
     status: CallStatus
@@ -41,9 +41,9 @@ class SchedulableCall(Protocol):
         """Tokens the call may still generate before a length limit stops it."""
         ...
 
-    def stop_reason(self, token: int) -> str | None:
-        """Why the call ends now that `token` was appended (a stop token, a length limit),
-        or None if it goes on."""
+    def append_token(self, token: int) -> str | None:
+        """Append a sampled `token` to `all_token_ids`; why the call ends with it (a stop
+        token, a length limit, its output grammar complete), or None if it goes on."""
         ...
 
 

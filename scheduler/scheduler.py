@@ -249,14 +249,12 @@ class Scheduler:
             if call.status is CallStatus.FINISHED:
                 continue
             call.num_computed_tokens = chunk.start + chunk.num_tokens
-            if token is not None:
-                call.all_token_ids.append(token)
+            reason = None if token is None else call.append_token(token)
             if caching:
                 self.kv.cache_blocks(call.call_id, call.all_token_ids, call.num_computed_tokens)
             if token is None:
                 continue
             self.deadlines.forget(call.call_id)  # it has a token now: no deadline is due
-            reason = call.stop_reason(token)
             record = self.finish(call, now) if reason else None
             sampled.append(SampledToken(call, token, reason, record))
         self.kv.end_step()

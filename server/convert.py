@@ -9,14 +9,18 @@ them on the engine thread (they are live objects).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from google.protobuf.message import Message
 
 from engine import ChatPrompt, CompletionOutput, EngineStats, LLMEngine, SamplingParams
+from engine.logprobs import TokenLogprob
+from engine.structured.spec import StructuredOutput
 from server import agentix_pb2 as pb
 from server.tool_parsers import ParsedOutput
+from server.tool_parsers.forced import forced_output
 
 if TYPE_CHECKING:
     from scheduler.process_table import ProgramRecord
@@ -26,9 +30,24 @@ DEFAULT_MAX_TOKENS = 16
 MAX_TOP_PROGRAMS = 100
 
 
+def call_params(request: pb.GenerateRequest) -> SamplingParams:
+    """The call's sampling parameters, with a forced tool call's output grammar (which
+    wins over `sampling.json_schema`); ValueError naming a bad field."""
+    params = sampling_params(request.sampling)
+    forced, function = forced_tool(request)
+    if not forced:
+        return params
+    tools = [_tool(tool, i) for i, tool in enumerate(request.messages.tools)]
+    try:
+        return replace(params, structured=forced_output(tools, function, parallel=True))
+    except ValueError as exc:  # it names tool_choice, which is messages.tool_choice here
+        raise ValueError(f"messages.{exc}") from None
+
+
 def sampling_params(msg: pb.SamplingParams) -> SamplingParams:
     """Engine sampling parameters from the wire message (ValueError naming a bad field)."""
     return SamplingParams(
+        structured=StructuredOutput(msg.json_schema) if msg.json_schema else None,
         temperature=float(msg.temperature),
         top_k=msg.top_k,
         top_p=float(msg.top_p) if msg.HasField("top_p") else DEFAULT_TOP_P,
@@ -37,6 +56,7 @@ def sampling_params(msg: pb.SamplingParams) -> SamplingParams:
         stop=tuple(msg.stop),
         stop_token_ids=tuple(msg.stop_token_ids),
         ignore_eos=msg.ignore_eos,
+        logprobs=msg.logprobs if msg.HasField("logprobs") else None,
     )
 
 
@@ -58,13 +78,22 @@ def prompt(request: pb.GenerateRequest) -> str | list[int] | ChatPrompt:
         return request.text
     if kind == "messages":
         chat = request.messages
-        if chat.tool_choice not in ("", "auto", "none"):
-            raise ValueError(f"messages.tool_choice: must be auto or none (a forced call needs "
-                             f"constrained decoding), got {chat.tool_choice[:32]!r}")
         tools = None if chat.tool_choice == "none" else [
             _tool(tool, i) for i, tool in enumerate(chat.tools)]
         return ChatPrompt.of([_message(m) for m in chat.messages], tools)
     return list(request.token_ids.ids)
+
+
+def forced_tool(request: pb.GenerateRequest) -> tuple[bool, str | None]:
+    """(forced, function) of a chat's `tool_choice`: "", "auto" and "none" force nothing,
+    "required" forces a call of any tool, any other value names the function to call.
+    ValueError naming `messages.tool_choice` for a forced choice without tools."""
+    choice = request.messages.tool_choice if request.WhichOneof("prompt") == "messages" else ""
+    if choice in ("", "auto", "none"):
+        return False, None
+    if not request.messages.tools:
+        raise ValueError("messages.tool_choice: a forced call needs tools")
+    return True, None if choice == "required" else choice
 
 
 def parses_tool_calls(request: pb.GenerateRequest) -> bool:
@@ -96,8 +125,13 @@ def _tool(tool: pb.Tool, i: int) -> dict[str, Any]:
     return {"type": "function", "function": function}
 
 
-def delta(call_id: str, token_ids: list[int], text: str) -> pb.GenerateResponse:
-    return pb.GenerateResponse(call_id=call_id, delta=pb.Delta(token_ids=token_ids, text=text))
+def delta(call_id: str, token_ids: list[int], text: str,
+          logprobs: list[TokenLogprob] | None = None) -> pb.GenerateResponse:
+    return pb.GenerateResponse(call_id=call_id, delta=pb.Delta(
+        token_ids=token_ids, text=text, logprobs=[
+            pb.TokenLogprob(token_id=lp.token_id, logprob=lp.logprob,
+                            top=[pb.TopLogprob(token_id=t, logprob=v) for t, v in lp.top])
+            for lp in logprobs or ()]))
 
 
 def final(completion: CompletionOutput, call_id: str,

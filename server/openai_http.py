@@ -1,16 +1,18 @@
 """The OpenAI-compatible HTTP door (FastAPI), over the same EngineLoop as gRPC.
 
     POST /v1/chat/completions   messages through the model's chat template; SSE when stream
-    POST /v1/completions        a string or token ids
+    POST /v1/completions        a string or token ids, or a batch (n choices per prompt)
     POST /v1/responses          the Responses API as a form of chat (server/openai_responses.py)
+    POST /tokenize, /detokenize vLLM's token endpoints (server/openai_tokens.py)
     GET  /v1/models, /health, /metrics
     GET  /v1/programs/{id}      the program's process-table record
     POST /v1/programs/{id}:end  end it (its calls are aborted)
 
 Program identity: the `X-Program-Id` header (alias `X-Session-Id`) or `program_id` in the
 body; an unknown id starts the program, for the bearer token's tenant (TTL expiry ends it).
-No program named: the call gets a one-call program, or with `n > 1` a program of its own
-whose n threads ATLAS schedules together, ended when the request ends. A program a request
+No program named: the call gets a one-call program, or with several calls (`n > 1`, batched
+prompts) a program of its own whose threads ATLAS schedules together, ended when the
+request ends. A program a request
 starts (an unknown id, or the n choices' own) gets the class the `X-Program-Class` header or
 `program_class` in the body gives (the header wins; checked like an id, else 400 naming
 `program_class`); a program that exists keeps its class, a one-call program has none.
@@ -19,7 +21,9 @@ do an assistant message's `tool_calls` and a tool message's `tool_call_id` and `
 `tool_choice` "auto" (or unset) the server must parse tool calls (`tool_call_parser`, vLLM's
 `--enable-auto-tool-choice --tool-call-parser NAME`; else 400 naming `tool_choice`): each
 choice's output becomes `message.tool_calls` (finish_reason "tool_calls") and content, or
-streams as tool-call deltas; `parallel_tool_calls: false` keeps the first call.
+streams as tool-call deltas; `parallel_tool_calls: false` keeps the first call. A forced
+`tool_choice` ("required", a named function) and `response_format` are constrained decoding
+(`server.openai_structured`, `server.tool_parsers.forced`).
 `ttft_slo_seconds` in the body is the first-token deadline of each call the request makes
 (seconds after it arrives, 0 < s <= 86400, else 400 naming it; unset: the engine's). A
 client that disconnects (streamed or not) aborts its calls, which frees their blocks. Errors
@@ -64,10 +68,14 @@ from server.openai_logprobs import chat_logprobs, completion_logprobs, token_ids
 from server.openai_responses import (ResponseEvents, ResponsesRequest, final_status,
                                      output_items, response_object, response_usage)
 from server.prompts import PromptTokenizer
-from server.tool_parsers import ParsedOutput, make_tool_parser
+from server.tool_parsers import ParsedOutput, ToolParser, make_tool_parser
+from server.openai_tokens import TokenEndpoints
+from server.tool_parsers.forced import ForcedCallParser
 from server.wire import SHUTDOWN, message_to_dict
 
 log = logging.getLogger(__name__)
+ParserFactory = Callable[[], ToolParser]  # a fresh tool parser for one output
+Prompt = str | list[int] | ChatPrompt  # one call's prompt, before tokenizing
 PROGRAM_HEADERS = ("x-program-id", "x-session-id")
 PROGRAM_CLASS_HEADER = "x-program-class"
 DISCONNECT_POLL_SECONDS = 0.25  # how often a non-streamed request checks for its client
@@ -153,14 +161,15 @@ class BodyLimit:
 class StartedCalls:
     """A request's submitted calls: one stream per choice; `own_program` when the request
     started a program of its own (`program_id`, ended with the request); `named` the
-    program the client named (None: none); `parser_name` the tool parser of the outputs."""
+    program the client named (None: none); `parser` makes the tool parser of the outputs
+    (None: plain text)."""
 
     ns: Namespace
     streams: list[CallStream]
     own_program: bool
     program_id: str | None
     named: str | None
-    parser_name: str | None
+    parser: ParserFactory | None
 
 
 class OpenAIDoor:
@@ -239,18 +248,28 @@ class OpenAIDoor:
 
     # ----- calls ------------------------------------------------------------------------
     async def chat(self, request: Request, body: ChatCompletionRequest) -> Response:
-        return await self._generate(request, body, "chat.completion", body.chat)
+        return await self._generate(request, body, "chat.completion", lambda: [body.chat()])
 
-    def _parser_name(self, body) -> str | None:
-        """The tool parser a chat request's outputs go through (None: plain text); 400
+    def _tool_parser(self, body) -> ParserFactory | None:
+        """What makes the tool parser a chat request's outputs go through (None: plain
+        text): a forced choice's own (`ForcedCallParser`), or the server's for "auto"; 400
         when it asks for "auto" tool choice and the server parses no tool calls."""
-        if not isinstance(body, ChatCompletionRequest) or not body.parses_tool_calls():
+        if not isinstance(body, ChatCompletionRequest):
+            return None
+        try:
+            forced, function = body.forced_tool()
+        except ValueError as exc:
+            raise http_error_of(exc) from None
+        if forced:
+            return lambda: ForcedCallParser(function)
+        if not body.parses_tool_calls():
             return None
         if self.tool_call_parser is None:
             raise HttpError(400, 'tool_choice: "auto" tool choice needs a server started with '
                                  '--enable-auto-tool-choice --tool-call-parser NAME (or send '
                                  'tool_choice "none")', "tool_choice")
-        return self.tool_call_parser
+        name = self.tool_call_parser
+        return lambda: make_tool_parser(name)
 
     async def responses(self, request: Request, body: ResponsesRequest) -> Response:
         """`/v1/responses`: the request as chat, its output as a `response` (or its
@@ -258,12 +277,12 @@ class OpenAIDoor:
         unsupported = body.unsupported()
         if unsupported is not None:
             raise HttpError(400, f"{unsupported}: not supported by this server (it stores no "
-                                 f"response and has no constrained decoding)", unsupported)
+                                 f"responses)", unsupported)
         try:
             chat = body.to_chat()
         except ValueError as exc:
             raise http_error_of(exc) from None
-        started = await self.start_calls(request, chat, chat.chat)
+        started = await self.start_calls(request, chat, lambda: [chat.chat()])
         response_id = f"resp_{started.ns.outer(started.streams[0].call_id)}"
         created = now_seconds()
         if body.stream:
@@ -274,7 +293,7 @@ class OpenAIDoor:
         if completions is None:  # the client went away: its calls are aborted
             return Response(status_code=CLIENT_CLOSED_REQUEST)
         completion = completions[0]
-        parsed = _parsed(started.parser_name, completion.text, chat.parallel_tool_calls)
+        parsed = _parsed(started.parser, completion.text, chat.parallel_tool_calls)
         return JSONResponse(response_object(
             body, response_id, self.model_name, created, final_status(completion),
             output_items(response_id, completion, parsed), response_usage(completion)))
@@ -282,8 +301,8 @@ class OpenAIDoor:
     async def _response_sse(self, started: StartedCalls, events: ResponseEvents,
                             chat: ChatCompletionRequest) -> AsyncIterator[str]:
         """A response's event stream (a client that goes away aborts the call)."""
-        parser = (_StreamedCalls(started.parser_name, chat.parallel_tool_calls)
-                  if started.parser_name else None)
+        parser = (_StreamedCalls(started.parser, chat.parallel_tool_calls)
+                  if started.parser else None)
         try:
             for event in events.start():
                 yield event
@@ -311,28 +330,28 @@ class OpenAIDoor:
             await self.end_calls(started)
 
     async def completions(self, request: Request, body: CompletionRequest) -> Response:
-        return await self._generate(request, body, "text_completion", body.prompt_value)
+        return await self._generate(request, body, "text_completion", body.prompt_values)
 
     async def _generate(self, request: Request, body, kind: str,
-                        prompt_of: Callable[[], str | list[int] | ChatPrompt]) -> Response:
-        started = await self.start_calls(request, body, prompt_of)
+                        prompts_of: Callable[[], list[Prompt]]) -> Response:
+        started = await self.start_calls(request, body, prompts_of)
         ns, streams = started.ns, started.streams
         own_program, program_id, named = started.own_program, started.program_id, started.named
-        parser_name = started.parser_name
+        parser = started.parser
         response_id = (f"{'chatcmpl' if kind == 'chat.completion' else 'cmpl'}-"
                        f"{ns.outer(streams[0].call_id)}")
         if body.stream:
             chunk_kind = "chat.completion.chunk" if kind == "chat.completion" else kind
             return StreamingResponse(
                 self._sse(streams, chunk_kind, response_id, body, own_program, program_id,
-                          parser_name), media_type="text/event-stream")
+                          parser), media_type="text/event-stream")
         completions = await self.finish_calls(request, started)
         if completions is None:  # the client went away: its calls are aborted
             return Response(status_code=CLIENT_CLOSED_REQUEST)
         logprobs = [await self._logprobs(kind, c.logprobs) for c in completions]
         if kind == "chat.completion":
             choices = [chat_choice(i, c, body.return_token_ids,
-                                   _parsed(parser_name, c.text, body.parallel_tool_calls),
+                                   _parsed(parser, c.text, body.parallel_tool_calls),
                                    logprobs[i])
                        for i, c in enumerate(completions)]
         else:
@@ -353,21 +372,23 @@ class OpenAIDoor:
         return completion_logprobs(entries, texts, offset)
 
     async def start_calls(self, request: Request, body,
-                          prompt_of: Callable[[], str | list[int] | ChatPrompt]) -> StartedCalls:
-        """Authenticate, validate and submit a request's `n` calls (HttpError naming what is
-        wrong; nothing is left submitted then)."""
+                          prompts_of: Callable[[], list[Prompt]]) -> StartedCalls:
+        """Authenticate, validate and submit a request's calls, `n` per prompt in order
+        (HttpError naming what is wrong; nothing is left submitted then)."""
         ns = self.namespace(request)
         self.check_model(body.model)
         unsupported = body.unsupported()
         if unsupported is not None:
             raise HttpError(400, f"{unsupported}: not supported by this server", unsupported)
-        parser_name = self._parser_name(body)
+        parser = self._tool_parser(body)
         named = next((request.headers[h] for h in PROGRAM_HEADERS if h in request.headers),
                      body.program_id)
         program_class = request.headers.get(PROGRAM_CLASS_HEADER, body.program_class)
         try:
-            token_ids = await self.prompts.token_ids(prompt_of())
+            prompts = [await self.prompts.token_ids(p) for p in prompts_of()]
             params = body.sampling_params(body.requested_max_tokens() or self.max_model_len)
+            if params.structured is not None and self.prompts is not None:
+                await self.prompts.compile_grammar(params.structured, body.grammar_field())
             for field, value in (("thread_id", body.thread_id),
                                  ("program_class", program_class)):
                 if value is not None:
@@ -376,15 +397,18 @@ class OpenAIDoor:
             program_id = None if named is None else ns.inner("program_id", named)
         except ValueError as exc:
             raise http_error_of(exc) from None
-        own_program = named is None and body.n > 1
+        calls = [(token_ids, i * body.n + j) for i, token_ids in enumerate(prompts)
+                 for j in range(body.n)]
+        own_program = named is None and len(calls) > 1
         if own_program:
             program_id = ns.inner("program_id", new_id("prog"))
             await self.run(lambda engine: engine.start_program(
                 program_id, ns.tenant, program_class=program_class), ns)
         streams: list[CallStream] = []
         try:
-            for index in range(body.n):
-                thread = body.thread_id if body.n == 1 else f"{body.thread_id or 'choice'}-{index}"
+            for token_ids, index in calls:
+                thread = (body.thread_id if len(calls) == 1 else
+                          f"{body.thread_id or 'choice'}-{index}")
                 streams.append(await self._submit(ns, CallRequest(
                     program_id=program_id, call_id=ns.inner("call_id", new_id("call")),
                     prompt=token_ids, params=for_choice(params, index), tenant=ns.tenant,
@@ -396,7 +420,7 @@ class OpenAIDoor:
                 stream.cancel()
             await self._end_own(own_program, program_id)
             raise
-        return StartedCalls(ns, streams, own_program, program_id, named, parser_name)
+        return StartedCalls(ns, streams, own_program, program_id, named, parser)
 
     async def finish_calls(self, request: Request, started: StartedCalls
                            ) -> list[CompletionOutput] | None:
@@ -435,10 +459,10 @@ class OpenAIDoor:
                 pass
 
     async def _sse(self, streams: list[CallStream], kind: str, response_id: str, body,
-                   own_program: bool, program_id: str | None, parser_name: str | None = None
-                   ) -> AsyncIterator[str]:
+                   own_program: bool, program_id: str | None,
+                   parser: ParserFactory | None = None) -> AsyncIterator[str]:
         """The SSE body: a role chunk per choice (chat), the choices' deltas interleaved as
-        they come (with `parser_name`, as the tool parser's fragments: content, then each
+        they come (with a `parser`, as the tool parser's fragments: content, then each
         tool call's opening and arguments), a finish chunk per choice, the usage chunk if
         asked for, `[DONE]`. A client that goes away aborts the calls (the generator is
         closed)."""
@@ -455,7 +479,7 @@ class OpenAIDoor:
                     yield event([chunk_delta(kind, index, "", [] if ids else None, None,
                                              role=True)])
             completions: list[CompletionOutput | None] = [None] * len(streams)
-            calls = [_StreamedCalls(parser_name, body.parallel_tool_calls) if parser_name
+            calls = [_StreamedCalls(parser, body.parallel_tool_calls) if parser
                      else None for _ in streams]
             offsets = [0] * len(streams)  # characters streamed per choice (text_offset)
             async with contextlib.aclosing(_merge(streams)) as merged:
@@ -493,11 +517,11 @@ class OpenAIDoor:
             await self._end_own(own_program, program_id)
 
 
-def _parsed(parser_name: str | None, text: str, parallel: bool) -> ParsedOutput | None:
+def _parsed(parser: ParserFactory | None, text: str, parallel: bool) -> ParsedOutput | None:
     """A whole chat output split into content and tool calls (None without a parser)."""
-    if parser_name is None:
+    if parser is None:
         return None
-    parsed = make_tool_parser(parser_name).parse(text)
+    parsed = parser().parse(text)
     return parsed if parallel else first_call_only(parsed)
 
 
@@ -505,8 +529,8 @@ class _StreamedCalls:
     """One streamed choice's tool parser: the fragments to send for each text delta, with
     `parallel_tool_calls: false` keeping only the first call's."""
 
-    def __init__(self, parser_name: str, parallel: bool) -> None:
-        self.parser = make_tool_parser(parser_name)
+    def __init__(self, parser: ParserFactory, parallel: bool) -> None:
+        self.parser = parser()
         self.parallel = parallel
         self.made_calls = False
 
@@ -617,6 +641,10 @@ def build_app(engine_loop: EngineLoop, prompts: PromptTokenizer, auth: TokenAuth
     app.post("/v1/completions")(door.completions)
     app.post("/v1/responses")(door.responses)
     app.get("/v1/models")(door.models)
+    tokens = TokenEndpoints(prompts, max_model_len, door.namespace, door.check_model,
+                            http_error_of)
+    app.post("/tokenize")(tokens.tokenize)
+    app.post("/detokenize")(tokens.detokenize)
     app.get("/v1/programs/{program_id}")(door.get_program)
     app.post("/v1/programs/{program_id}:end")(door.end_program)
     app.get("/health")(door.health)

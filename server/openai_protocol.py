@@ -5,10 +5,10 @@ servers (`top_k`, `ignore_eos`, `return_token_ids`) and Agentix's own (`program_
 `program_class`, `thread_id`, `expected_tool_seconds`, `ttft_slo_seconds`); other unknown
 fields are ignored, as OpenAI clients send many. `logprobs` (chat: a bool with
 `top_logprobs` 0-20; completions: 0-5 alternatives) returns each generated token's logprob
-(`server.openai_logprobs`). Fields it cannot honour (`echo`, `best_of`, `suffix`,
-`tool_choice` other than "none"/"auto" (a forced call needs constrained decoding),
-`response_format` other than "text") are refused with a 400 naming them, never dropped in
-silence. Sampling defaults follow OpenAI:
+(`server.openai_logprobs`). `response_format` (json_object, json_schema) and a forced
+`tool_choice` ("required", a named function) are enforced by constrained decoding
+(`server.openai_structured`). Fields it cannot honour (`echo`, `best_of`, `suffix`) are
+refused with a 400 naming them, never dropped in silence. Sampling defaults follow OpenAI:
 temperature 1, top_p 1; `max_tokens` defaults to 16 on /v1/completions and to the rest of
 the context on chat.
 """
@@ -19,12 +19,16 @@ import time
 from dataclasses import replace
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from engine import ChatPrompt, CompletionOutput, SamplingParams
+from engine.structured.spec import StructuredOutput
+from server.openai_structured import forced_function, format_output
+from server.tool_parsers.forced import forced_output
 from server.tool_parsers import ParsedOutput
 
 MAX_CHOICES = 16
+MAX_CALLS = 64  # calls per request: batched prompts x n
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16
 
 
@@ -69,15 +73,29 @@ class _Body(BaseModel):
     def include_usage(self) -> bool:
         return bool((self.stream_options or {}).get("include_usage"))
 
+    def structured_output(self) -> StructuredOutput | None:
+        """The output's grammar (None: free text); ValueError naming a malformed field."""
+        return None
+
+    def grammar_field(self) -> str:
+        """The request field that asked for the output's grammar (what a grammar the engine
+        cannot compile, or a model that cannot be constrained, is reported against)."""
+        return "json_schema"
+
     def sampling_params(self, max_tokens: int) -> SamplingParams:
-        """The engine's parameters for choice 0 (`for_choice` derives the others)."""
+        """The engine's parameters for choice 0 (`for_choice` derives the others);
+        ValueError naming a malformed field."""
         return SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
                               seed=self.seed, max_tokens=max_tokens, stop=self.stops(),
                               stop_token_ids=tuple(self.stop_token_ids),
-                              ignore_eos=self.ignore_eos, logprobs=self.logprobs_wanted())
+                              ignore_eos=self.ignore_eos, logprobs=self.logprobs_wanted(),
+                              structured=self.structured_output())
 
 
 class ChatCompletionRequest(_Body):
+    # Where a json_schema format's schema came from (the Responses API sets its own).
+    _schema_field: str = PrivateAttr("response_format.json_schema.schema")
+
     messages: list[dict[str, Any]] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     tools: list[dict[str, Any]] | None = None
@@ -90,15 +108,34 @@ class ChatCompletionRequest(_Body):
     def logprobs_wanted(self) -> int | None:
         return (self.top_logprobs or 0) if self.logprobs else None
 
-    def unsupported(self) -> str | None:
-        if self.tools and self.tool_choice not in (None, "none", "auto"):
+    def forced_tool(self) -> tuple[bool, str | None]:
+        """(forced, function) of `tool_choice` (`openai_structured.forced_function`)."""
+        return forced_function(self.tool_choice, self.tools)
+
+    def structured_output(self) -> StructuredOutput | None:
+        """A forced tool call's grammar (it wins over `response_format`), else
+        `response_format`'s, else None."""
+        forced, function = self.forced_tool()
+        if forced:
+            return forced_output(self.tools, function, self.parallel_tool_calls)
+        return format_output(self.response_format, "response_format")
+
+    def schema_named(self, field: str) -> ChatCompletionRequest:
+        """This request, reporting a json_schema format's schema as `field` (the Responses
+        API's `text.format.schema`)."""
+        self._schema_field = field
+        return self
+
+    def grammar_field(self) -> str:
+        if self.forced_tool()[0]:
             return "tool_choice"
-        if self.response_format and self.response_format.get("type") != "text":
-            return "response_format"  # no constrained decoding yet: never free text in silence
-        return super().unsupported()
+        if (self.response_format or {}).get("type") == "json_schema":
+            return self._schema_field
+        return "response_format"
 
     def parses_tool_calls(self) -> bool:
-        """Whether the output is parsed into tool calls: tools offered, choice "auto"."""
+        """Whether the output is parsed into tool calls by the server's parser: tools
+        offered, choice "auto" (a forced choice has its own parser)."""
         return bool(self.tools) and self.tool_choice in (None, "auto")
 
     def chat(self) -> ChatPrompt:
@@ -111,7 +148,7 @@ class ChatCompletionRequest(_Body):
 
 
 class CompletionRequest(_Body):
-    prompt: str | list[int] | list[str]
+    prompt: str | list[int] | list[str] | list[list[int]]
     echo: bool = False
     suffix: str | None = None
     logprobs: int | None = Field(default=None, ge=0, le=5)
@@ -126,15 +163,18 @@ class CompletionRequest(_Body):
             return "suffix"
         return super().unsupported()
 
-    def prompt_value(self) -> str | list[int]:
-        """A string or a list of token ids (a list of one string counts as that string)."""
+    def prompt_values(self) -> list[str | list[int]]:
+        """The prompts: one string or token-id list, or a batch of either (a list of
+        strings, or of id lists). Each gets `n` choices, prompt i's at indexes i*n to
+        i*n+n-1, as on vLLM; ValueError naming `prompt` past MAX_CALLS calls in all."""
         prompt = self.prompt
-        if isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
-            if len(prompt) != 1:
-                raise ValueError("prompt: a batch of prompts is not supported; send one per "
-                                 "request (or use n for several samples)")
-            return prompt[0]
-        return prompt
+        batch = isinstance(prompt, list) and bool(prompt) and \
+            all(isinstance(p, (str, list)) for p in prompt)
+        prompts = list(prompt) if batch else [prompt]
+        if len(prompts) * self.n > MAX_CALLS:
+            raise ValueError(f"prompt: {len(prompts)} prompts x n = {self.n} exceed "
+                             f"{MAX_CALLS} calls per request")
+        return prompts
 
     def requested_max_tokens(self) -> int | None:
         return self.max_tokens or COMPLETIONS_DEFAULT_MAX_TOKENS

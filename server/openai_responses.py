@@ -14,9 +14,9 @@ content_part.done | function_call_arguments.delta, function_call_arguments.done)
 output_item.done, and response.completed (or response.incomplete when cut by length).
 
 Stateless: no response is stored, so `previous_response_id` (send the whole conversation in
-`input` instead), `background`, structured `text.format` (no constrained decoding yet), and
-tools other than functions are refused with a 400 naming the field, as is anything else
-this engine cannot honour.
+`input` instead), `background` and tools other than functions are refused with a 400 naming
+the field, as is anything else this engine cannot honour. `text.format` json_object and
+json_schema, and a forced `tool_choice`, are enforced by constrained decoding, as on chat.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from engine import CompletionOutput
 from server.openai_protocol import ChatCompletionRequest
+from server.openai_structured import format_output
 from server.tool_parsers import ParsedOutput
 
 ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
@@ -63,8 +64,6 @@ class ResponsesRequest(BaseModel):
             return "previous_response_id"
         if self.background:
             return "background"
-        if ((self.text or {}).get("format") or {}).get("type", "text") != "text":
-            return "text.format"
         if any(tool.get("type") != "function" for tool in self.tools or ()):
             return "tools"
         return None
@@ -82,13 +81,17 @@ class ResponsesRequest(BaseModel):
         tools = [{"type": "function", "function": {
             k: v for k, v in tool.items() if k in ("name", "description", "parameters")}}
             for tool in self.tools or ()]
+        fmt = (self.text or {}).get("format")
+        format_output(fmt, "text.format", nested=False)  # its errors name text.format
+        if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+            fmt = {"type": "json_schema", "json_schema": fmt}
         return ChatCompletionRequest(
-            model=self.model, messages=messages, tools=tools or None,
+            model=self.model, messages=messages, tools=tools or None, response_format=fmt,
             tool_choice=self.tool_choice, parallel_tool_calls=self.parallel_tool_calls,
             max_tokens=self.max_output_tokens, temperature=self.temperature, top_p=self.top_p,
             stream=self.stream, program_id=self.program_id, program_class=self.program_class,
             thread_id=self.thread_id, expected_tool_seconds=self.expected_tool_seconds,
-            ttft_slo_seconds=self.ttft_slo_seconds)
+            ttft_slo_seconds=self.ttft_slo_seconds).schema_named("text.format.schema")
 
 
 def _add_item(messages: list[dict[str, Any]], item: Any, i: int) -> None:

@@ -1,4 +1,4 @@
-"""Prompts are sized, tokenized and checked off the engine thread.
+"""Prompts are sized, tokenized and checked, and output grammars compiled, off the engine thread.
 
 A text prompt larger than `max_prompt_bytes` (UTF-8) is refused before it is tokenized; the
 rest are tokenized on one thread of lower OS priority (the tokenizer releases the GIL while it
@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 from engine import ChatPrompt, LLMEngine
+from engine.structured.spec import StructuredOutput
 from server.limits import DEFAULT_MAX_PROMPT_BYTES
 
 TOKENIZER_THREADS = 1  # huge prompts queue behind each other, not beside the engine
@@ -68,6 +69,21 @@ class PromptTokenizer:
         ids = list(token_ids)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, self._engine.token_texts, ids)
+
+    async def text(self, token_ids: list[int]) -> str:
+        """The text of `token_ids`, off the engine thread (ValueError naming `tokens`)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self._engine.detokenize, token_ids)
+
+    async def compile_grammar(self, spec: StructuredOutput, field: str) -> None:
+        """Compile `spec`'s output grammar into the engine's cache, off the engine thread;
+        ValueError naming `field` (the request's own name for the grammar) when the engine
+        cannot compile it or cannot constrain this model."""
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._pool, self._engine.grammar_state, spec)
+        except ValueError as exc:  # "json_schema: ..." or "structured: ...": the engine's
+            raise ValueError(f"{field}: {str(exc).split(': ', 1)[-1]}") from None
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

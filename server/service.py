@@ -32,6 +32,7 @@ from server.errors import DrainingError, UnreadStreamError, abort_for
 from server.namespace import Namespace, caller_namespace, new_id
 from server.prompts import PromptTokenizer
 from server.tool_parsers import make_tool_parser
+from server.tool_parsers.forced import ForcedCallParser
 from server.wire import SHUTDOWN
 
 T = TypeVar("T")
@@ -127,12 +128,17 @@ class AgentixServicer:
                                 'with --enable-auto-tool-choice --tool-call-parser NAME (or '
                                 'send tool_choice "none")')
         try:
+            forced, function = convert.forced_tool(request)
+            params = convert.call_params(request)
+            if params.structured is not None:
+                await self.prompts.compile_grammar(
+                    params.structured, "messages.tool_choice" if forced else "json_schema")
             call = calls.CallRequest(
                 program_id=(ns.inner("program_id", request.program_id)
                             if request.program_id else None),
                 call_id=ns.inner("call_id", request.call_id or new_id("call")),
                 prompt=await self.prompts.token_ids(convert.prompt(request)),
-                params=convert.sampling_params(request.sampling), tenant=ns.tenant,
+                params=params, tenant=ns.tenant,
                 thread_id=(check_thread(request.thread_id) if request.thread_id else None),
                 expected_tool_seconds=convert.optional(request, "expected_tool_seconds"),
                 program_service=priority,
@@ -145,10 +151,12 @@ class AgentixServicer:
         try:
             async for item in stream:
                 if isinstance(item, StreamDelta):
-                    yield convert.delta(call_id, item.token_ids, item.text)
+                    yield convert.delta(call_id, item.token_ids, item.text, item.logprobs)
                     continue
-                yield convert.final(item.completion, call_id, make_tool_parser(
-                    self.tool_call_parser).parse(item.completion.text) if parses else None)
+                parser = (ForcedCallParser(function) if forced else
+                          make_tool_parser(self.tool_call_parser) if parses else None)
+                yield convert.final(item.completion, call_id,
+                                    parser.parse(item.completion.text) if parser else None)
                 if item.completion.finish_reason == SHUTDOWN:
                     await context.abort(grpc.StatusCode.UNAVAILABLE,
                                         "the server is shutting down: this call was cut; retry it")

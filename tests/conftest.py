@@ -10,7 +10,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest
 import torch
 
-from tiny_llama import GreedyReference, build_tiny_llama, save_word_tokenizer
+from tiny_llama import GreedyReference, build_tiny_llama, save_byte_tokenizer, save_word_tokenizer
 
 if not torch.cuda.is_available():
     # Triton kernels run under the interpreter on CPU machines; this must be set before any
@@ -33,6 +33,16 @@ def tiny_llama_dir(tmp_path_factory):
     build_tiny_llama(path, tie_word_embeddings=True)
     save_word_tokenizer(path)
     return str(path)
+
+
+@pytest.fixture(scope="session")
+def byte_llama(tmp_path_factory):
+    """(model_dir, transformers model): a tied tiny Llama with a byte-level tokenizer (any
+    text can be spelled: the constrained decoding tests)."""
+    path = tmp_path_factory.mktemp("tiny-llama-bytes")
+    model = build_tiny_llama(path, tie_word_embeddings=True)
+    save_byte_tokenizer(path)
+    return str(path), model
 
 
 @pytest.fixture(scope="module")

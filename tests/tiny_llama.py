@@ -58,6 +58,28 @@ def save_word_tokenizer(path) -> None:
                             ).save_pretrained(path)
 
 
+BYTE_CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant: {% endif %}")
+
+
+def save_byte_tokenizer(path) -> None:
+    """A byte-level tokenizer (GPT-2's byte alphabet, no merges: one token per byte, ids
+    3-258; 0-2: pad, bos, eos) with a plain chat template, so that any text, JSON included,
+    can be spelled (constrained decoding tests)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{ch: 3 + i for i, ch in enumerate(alphabet)}}
+    tok = Tokenizer(models.BPE(vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>",
+                            eos_token="</s>", chat_template=BYTE_CHAT_TEMPLATE
+                            ).save_pretrained(path)
+
+
 def hf_greedy(model, prompt: list[int], max_new_tokens: int) -> list[int]:
     """transformers' own greedy continuation, EOS an ordinary token (no EOS id: like the
     engine's `ignore_eos`, and unlike `min_new_tokens`, which masks EOS out)."""

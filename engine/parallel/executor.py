@@ -94,6 +94,7 @@ class TensorParallelExecutor:
     def close(self) -> None:
         """Stop the workers, and the other nodes' (idempotent); the executor cannot run
         steps afterwards."""
+        self.runner.close()
         self.pool.close()
         if self.relay is not None:
             relay, self.relay = self.relay, None

@@ -87,7 +87,7 @@ class ToolParser(ABC):
     def parse(self, text: str) -> ParsedOutput:
         """Split a complete output; never raises (malformed call text is content). Uses a fresh
         instance for the scan, so it does not disturb a stream in progress on this one."""
-        pieces, _ = type(self)(self._make_id)._scan(text, final=True)
+        pieces, _ = self._fresh()._scan(text, final=True)
         content = "".join(p for p in pieces if isinstance(p, str))
         calls = tuple(
             ToolCall(self._make_id(), p.name, p.arguments)
@@ -95,6 +95,10 @@ class ToolParser(ABC):
             if isinstance(p, FunctionCall)
         )
         return ParsedOutput(content if content.strip() else None, calls)
+
+    def _fresh(self) -> ToolParser:
+        """A new parser like this one (same ids), at the start of an output."""
+        return type(self)(self._make_id)
 
     def feed(self, delta: str) -> list[Fragment]:
         """Take the next text of the output; return the fragments now decided (maybe none)."""

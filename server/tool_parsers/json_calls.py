@@ -15,14 +15,24 @@ from typing import Any
 from server.tool_parsers.base import FunctionCall
 
 
+def strict_json(text: str) -> Any:
+    """The value `text` (whitespace around allowed) spells as strict JSON, or None when it
+    is not strict JSON (nor the JSON `null`, which no caller wants)."""
+    try:
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+    except (ValueError, RecursionError):
+        return None
+
+
 def function_call(text: str, argument_keys: tuple[str, ...]) -> FunctionCall | None:
     """The call that `text` (one JSON object, whitespace around allowed) spells, or None when it
     is not one: `name` must be a non-empty string and exactly one of `argument_keys` must hold
     an object. Other keys are ignored."""
-    try:
-        obj = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
-    except (ValueError, RecursionError):
-        return None
+    return function_call_of(strict_json(text), argument_keys)
+
+
+def function_call_of(obj: Any, argument_keys: tuple[str, ...]) -> FunctionCall | None:
+    """`function_call` of an already loaded JSON value."""
     if not isinstance(obj, dict):
         return None
     name = obj.get("name")

@@ -1,7 +1,9 @@
 """Tools over gRPC, on the model that answers every chat with one hermes-style tool call
 (tests/tool_call_model.py): `ChatMessages.tools` reach the chat template, an assistant's
 `tool_calls` and a tool's `tool_call_id` round-trip through it, and with a tool parser on
-the server the final message carries the parsed call (finish_reason "tool_calls")."""
+the server the final message carries the parsed call (finish_reason "tool_calls"); a
+malformed forced `tool_choice` is refused naming it (forced calls themselves:
+tests/server/test_grpc_structured.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import json
 
 import grpc
 import pytest
-from grpc_helpers import collect, server_config
+from grpc_helpers import collect, server_config, wait_idle
 from tool_call_model import CALL_ARGUMENTS as ARGUMENTS, CALL_TEXT
 
 from server import agentix_pb2 as pb
@@ -42,11 +44,17 @@ HELLO = pb.ChatMessage(role="user", content="hello")
 
 
 @pytest.fixture(scope="module")
-def parsing(model_dir):
+def parsing_server(model_dir):
+    """(server, stub) with the hermes tool parser on."""
     server, channel, stub = stub_of(model_dir, tool_call_parser="hermes")
-    yield stub
+    yield server, stub
     channel.close()
     server.stop(grace=0)
+
+
+@pytest.fixture(scope="module")
+def parsing(parsing_server):
+    return parsing_server[1]
 
 
 def test_the_final_message_carries_the_parsed_call(parsing):
@@ -75,15 +83,25 @@ def test_tool_choice_none_hides_the_tools_and_parses_nothing(parsing):
 
 
 @pytest.mark.parametrize("request_, words", [
-    (chat(HELLO, tool_choice="required"), "messages.tool_choice: must be auto or none"),
+    (chat(HELLO, tools=(), tool_choice="required"),
+     "messages.tool_choice: a forced call needs tools"),
+    (chat(HELLO, tools=(), tool_choice="get_weather"),
+     "messages.tool_choice: a forced call needs tools"),
+    (chat(HELLO, tool_choice="nope"),
+     "messages.tool_choice: function 'nope' is not among the tools"),
     (chat(HELLO, tools=(pb.Tool(name="f", parameters_json="{"),)),
      "messages.tools[0].parameters_json: not valid JSON"),
+    (chat(HELLO, tools=(pb.Tool(name="f", parameters_json="{"),), tool_choice="f"),
+     "messages.tools[0].parameters_json: not valid JSON"),
 ])
-def test_bad_tool_fields_are_invalid_argument_naming_them(parsing, request_, words):
+def test_bad_tool_fields_are_invalid_argument_naming_them(parsing_server, request_, words):
+    """Refused before a call is made: nothing is left on the server."""
+    server, stub = parsing_server
     with pytest.raises(grpc.RpcError) as info:
-        collect(parsing.Generate(request_))
+        collect(stub.Generate(request_))
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert words in info.value.details()
+    wait_idle(server)
 
 
 def test_tools_without_a_parser_on_the_server_are_refused(model_dir):

@@ -107,6 +107,28 @@ def test_completions_with_token_ids_and_text(client, reference):
         f"w{t}" for t in ids)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_batched_prompts_get_n_choices_each_in_order(client, reference, stream):
+    """Prompt i's choices are i*n .. i*n+n-1, as on vLLM; greedy choices of one prompt agree
+    with transformers."""
+    prompts = [[1, 40, 41], [1, 50, 51, 52], [1, 60]]
+    response = client.completions.create(model="tiny", prompt=prompts, n=2, stream=stream,
+                                         **GREEDY, extra_body=EXTRA)
+    ids: dict[int, list[int]] = {}
+    for choice in ([c for chunk in response for c in chunk.choices] if stream
+                   else response.choices):
+        ids.setdefault(choice.index, []).extend(choice.model_extra["token_ids"])
+    assert sorted(ids) == list(range(6))
+    for index, token_ids in ids.items():
+        assert token_ids == reference(prompts[index // 2]), index
+
+
+def test_a_batch_past_the_calls_bound_is_a_400_naming_prompt(client):
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model="tiny", prompt=["w5"] * 5, n=16, max_tokens=1)
+    assert info.value.body["param"] == "prompt"
+
+
 def test_extra_body_and_header_land_in_one_program(client, http_server):
     client.chat.completions.create(model="tiny", messages=MESSAGES, **GREEDY,
                                    extra_body={**EXTRA, "program_id": "agent-7",

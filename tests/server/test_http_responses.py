@@ -1,7 +1,8 @@
 """The Responses API (`/v1/responses`) with the official `openai` SDK, on the model that answers
 every chat with one hermes-style tool call (tests/tool_call_model.py): text and function-call
 output items, input items of every supported kind reaching the chat template, the streamed
-event sequence, and a 400 naming each field the server cannot honour."""
+event sequence, and a 400 naming each field the server cannot honour or that is malformed
+(structured `text.format` itself: tests/server/test_http_structured.py)."""
 
 from __future__ import annotations
 
@@ -96,7 +97,10 @@ def test_a_response_cut_by_the_token_limit_is_incomplete(client):
 
 @pytest.mark.parametrize("body, param", [
     (dict(previous_response_id="resp_1"), "previous_response_id"),
-    (dict(text={"format": {"type": "json_schema", "name": "x", "schema": {}}}), "text.format"),
+    (dict(text={"format": {"type": "json_schema", "name": "x"}}), "text.format.schema"),
+    (dict(text={"format": {"type": "json_schema", "name": "x", "schema": "object"}}),
+     "text.format.schema"),
+    (dict(text={"format": {"type": "xml"}}), "text.format.type"),
     (dict(tools=[{"type": "web_search"}]), "tools"),
     (dict(input=[{"type": "reasoning", "summary": []}]), "input[0].type"),
     (dict(input=[{"role": "critic", "content": "x"}]), "input[0].role"),
