@@ -191,8 +191,9 @@ def _add_serve_parser(sub) -> None:
     serve.add_argument("--model", metavar="DIR",
                        help="HF model directory (default: SmolLM2-135M-Instruct, "
                             "converted once from the installed GGUF file)")
-    serve.add_argument("--policy", choices=list(POLICIES), default="atlas",
-                       help="scheduling policy")
+    serve.add_argument("--policy", choices=list(POLICIES), default="gittins",
+                       help="scheduling policy (gittins: chosen on the steady-state tables of "
+                            "bench/RESULTS.md, 'Learnt scheduling')")
     serve.add_argument("--host", default="127.0.0.1", help="the address every port listens on")
     grpc_port = serve.add_mutually_exclusive_group()
     grpc_port.add_argument("--port", type=int, default=50051,

@@ -133,11 +133,11 @@ def main(model: str | None = None, dtype: str = "float32") -> None:
     from server.app import start_server
 
     model = model or str(ensure_smollm2_dir())
-    config = EngineConfig.from_flat(model=model, policy="atlas", dtype=dtype, max_num_seqs=16,
+    config = EngineConfig.from_flat(model=model, policy="gittins", dtype=dtype, max_num_seqs=16,
                                     kv_cache_memory_gb=0.5, enable_prefix_caching=True,
                                     preemption_mode="auto")
     server = start_server(config, host="127.0.0.1", port=0)
-    print(f"agentix demo: SmolLM2-135M-Instruct, policy atlas, serving on {server.address}\n",
+    print(f"agentix demo: SmolLM2-135M-Instruct, policy gittins, serving on {server.address}\n",
           flush=True)
     try:
         run_agents(server.address)

@@ -153,8 +153,12 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
     async def _refuse(self, scope, receive, send) -> None:
+        """413, closing the connection: kept alive, the server would read and discard the
+        rest of the body (up to the size declared) before the next request."""
         message = f"body: larger than the server's limit of {self.max_bytes} bytes"
-        await error_response(413, message)(scope, receive, send)
+        response = error_response(413, message)
+        response.headers["Connection"] = "close"
+        await response(scope, receive, send)
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ def forced_output(tools: list[dict[str, Any]], function: str | None,
     functions = tool_functions(tools)
     if function is not None:
         if function not in functions:
-            raise ValueError(f"tool_choice: function {function!r} is not among the tools")
+            raise ValueError(f"tool_choice: function {function[:64]!r} is not among the tools")
         return StructuredOutput(json.dumps(functions[function]))
     options = [{"type": "object",
                 "properties": {"name": {"const": name}, "parameters": schema},

@@ -138,7 +138,7 @@ def test_help_lists_every_default_and_the_choices(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "--policy {" + ",".join(POLICIES) + "}" in text
     for shown in ("{float32,float16,bfloat16,float64}", "{lru,program}",
-                  "{recompute,swap,keep,auto}", "scheduling policy (default: atlas)",
+                  "{recompute,swap,keep,auto}", "(default: gittins)",
                   "(default: 50051)", "(default: 1024)", "(default: 5.0)", "(default: cpu)",
                   "(default: 64)", "(default: 600.0)", "default: off", "--no-grpc",
                   "--http-port", "--metrics-port", "--served-model-name", "--set FIELD=VALUE"):
@@ -178,7 +178,7 @@ def test_set_and_the_engine_flags_reach_engine_config(tiny_llama_dir):
                     kv_cache_memory_gb=0.5, num_kv_blocks=40, num_host_blocks=8,
                     preemption_mode="swap", block_size=8, starvation_beta=None,
                     quantum_base=2.0, service_mode="tokens", enable_chunked_prefill=False,
-                    policy="atlas", enable_prefix_caching=True)
+                    policy="gittins", enable_prefix_caching=True)
     assert {k: flat(config)[k] for k in expected} == expected
     assert type(config.scheduler.quantum_base) is float
     assert (options.port, options.http_port, options.served_model_name,
