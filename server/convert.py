@@ -30,11 +30,12 @@ DEFAULT_MAX_TOKENS = 16
 MAX_TOP_PROGRAMS = 100
 
 
-def call_params(request: pb.GenerateRequest) -> SamplingParams:
-    """The call's sampling parameters, with a forced tool call's output grammar (which
-    wins over `sampling.json_schema`); ValueError naming a bad field."""
+def call_params(request: pb.GenerateRequest, forced: bool,
+                function: str | None) -> SamplingParams:
+    """The call's sampling parameters, with the output grammar of a forced tool call
+    (`forced_tool(request)`'s (forced, function); it wins over `sampling.json_schema`);
+    ValueError naming a bad field."""
     params = sampling_params(request.sampling)
-    forced, function = forced_tool(request)
     if not forced:
         return params
     tools = [_tool(tool, i) for i, tool in enumerate(request.messages.tools)]

@@ -129,7 +129,7 @@ class AgentixServicer:
                                 'send tool_choice "none")')
         try:
             forced, function = convert.forced_tool(request)
-            params = convert.call_params(request)
+            params = convert.call_params(request, forced, function)
             if params.structured is not None:
                 await self.prompts.compile_grammar(
                     params.structured, "messages.tool_choice" if forced else "json_schema")
