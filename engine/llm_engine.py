@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import itertools
 import math
-import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable
 
 from engine.call import Call, FinishReason
-from engine.chat_prompt import ChatPrompt
 from engine.config import EngineConfig
 from engine.detokenizer import StopStringScanner
 from engine.errors import DuplicateCallError, StepFailedError
@@ -23,7 +21,7 @@ from engine.parallel.executor import TensorParallelExecutor
 from engine.outputs import CompletionOutput, StepOutput
 from engine.sampling_params import SamplingParams
 from engine.stats import EngineCounters, EngineStats
-from engine.structured.compiler import GrammarCompiler
+from engine.text_codec import Prompt, TextCodec
 from engine.structured.spec import StructuredOutput
 from engine.structured.state import GrammarState
 from kvcache.manager import KVCacheManager
@@ -34,7 +32,6 @@ from scheduler.preemption import PreemptionKind
 from scheduler.process_table import CallRecord, ProgramRecord
 from scheduler.scheduler import Scheduler
 
-Prompt = str | Sequence[int] | ChatPrompt
 MAX_EXPECTED_TOOL_SECONDS = 86_400.0  # it bounds ttft_slo_seconds too
 
 
@@ -99,9 +96,7 @@ class LLMEngine:
         self._arrivals = itertools.count()
         self._ended: list[StepOutput] = []
         self.counters = EngineCounters()
-        self._grammars: GrammarCompiler | None = None  # made at the first constrained call
-        self._grammars_refused: str | None = None  # why it cannot be made, once known
-        self._grammars_lock = threading.Lock()
+        self.text = TextCodec(self.tokenizer, self.vocab_size, self.max_model_len)
 
     def _longest_call_fitting(self, model: ModelInfo) -> int:
         """The longest call the pool can finish alone: the whole pool, or any length when
@@ -216,68 +211,25 @@ class LLMEngine:
         self._ended.append(StepOutput(call.call_id, [], True, FinishReason.ABORT))
 
     def token_texts(self, token_ids: Iterable[int]) -> dict[int, str]:
-        """Each id's text, decoded alone (its id as text without a tokenizer). Safe from any
-        thread, like `tokenize_prompt`."""
-        if self.tokenizer is None:
-            return {i: str(i) for i in token_ids}
-        return {i: self.tokenizer.decode([i]) for i in token_ids}
+        """Each id's text, decoded alone (`TextCodec.token_texts`; any thread)."""
+        return self.text.token_texts(token_ids)
 
     def detokenize(self, token_ids: list[int]) -> str:
-        """The text of `token_ids` (special tokens skipped, as in outputs). Safe from any
-        thread, like `tokenize_prompt`; ValueError naming `tokens` for an id outside the
-        vocabulary or a model without a tokenizer."""
-        if self.tokenizer is None:
-            raise ValueError("tokens: this model has no tokenizer to decode with")
-        bad = [t for t in token_ids if not isinstance(t, int) or not 0 <= t < self.vocab_size]
-        if bad:
-            raise ValueError(f"tokens: token id {bad[0]!r} is outside the vocabulary "
-                             f"[0, {self.vocab_size})")
-        return self.tokenizer.decode(token_ids)
+        """The text of `token_ids` (`TextCodec.detokenize`; any thread)."""
+        return self.text.detokenize(token_ids)
 
     def grammar_state(self, spec: StructuredOutput) -> GrammarState:
-        """A fresh start state of `spec`'s output grammar (compiled once, then cached). Safe
-        from any thread, like `tokenize_prompt` (a server may compile off the engine thread
-        first; `add_call` then finds it cached). ValueError naming the field when the model
-        has no tokenizer or the schema cannot be compiled."""
-        if self.tokenizer is None:
-            raise ValueError("structured: constrained decoding needs a tokenizer (this model "
-                             "has none)")
-        with self._grammars_lock:
-            if self._grammars is None and self._grammars_refused is None:
-                try:
-                    self._grammars = GrammarCompiler(self.tokenizer.hf_tokenizer,
-                                                     self.vocab_size)
-                except ValueError as exc:  # remembered: the tokenizer will not change
-                    self._grammars_refused = str(exc)
-        if self._grammars is None:
-            raise ValueError(self._grammars_refused)
-        return self._grammars.state(spec)
+        """A fresh start state of `spec`'s output grammar (`TextCodec.grammar_state`; any
+        thread: a server may compile off the engine thread first, `add_call` then finds it
+        cached)."""
+        return self.text.grammar_state(spec)
 
     def tokenize_prompt(self, prompt: Prompt) -> list[int]:
-        """The prompt's token ids, or a ValueError naming what is wrong with it. Safe from
-        any thread: it reads only state fixed at construction (a server tokenizes off the
-        engine thread with it)."""
-        if isinstance(prompt, (str, ChatPrompt)) and self.tokenizer is None:
-            raise ValueError("prompt: text and chat prompts need a tokenizer (this model has "
-                             "none)")
-        if isinstance(prompt, str):
-            token_ids = self.tokenizer.encode(prompt)
-        elif isinstance(prompt, ChatPrompt):
-            token_ids = self.tokenizer.render_chat(prompt)
-        else:
-            token_ids = list(prompt)
-        if not token_ids:
-            raise ValueError("prompt: must not be empty")
-        if len(token_ids) >= self.max_model_len:
-            raise ValueError(f"prompt: {len(token_ids)} tokens leaves no room to generate in "
-                             f"the model's context of {self.max_model_len}")
-        # One pass in C for the common case; the per-token scan only to name a bad id.
-        if set(map(type, token_ids)) - {int, bool} or min(token_ids) < 0 \
-                or max(token_ids) >= self.vocab_size:
-            bad = [t for t in token_ids
-                   if not isinstance(t, int) or not 0 <= t < self.vocab_size]
-            raise ValueError(f"prompt: token id {bad[0]!r} is outside the vocabulary "
-                             f"[0, {self.vocab_size})")
+        """The prompt's token ids, or a ValueError naming what is wrong with it
+        (`TextCodec.tokenize_prompt`, then the batch bound without chunked prefill). Safe
+        from any thread: it reads only state fixed at construction (a server tokenizes off
+        the engine thread with it)."""
+        token_ids = self.text.tokenize_prompt(prompt)
         batching = self.config.scheduler
         if not batching.enable_chunked_prefill \
                 and len(token_ids) > batching.max_num_batched_tokens:

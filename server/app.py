@@ -27,6 +27,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from engine import EngineConfig, LLMEngine
 from server.auth import RouterTrust, TokenAuth
+from server.door_backend import EngineBackend
 from server.engine_loop import EngineLoop
 from server.handlers import add_service
 from server.metrics import ServerMetrics
@@ -118,7 +119,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-class _HttpServer:
+class HttpServer:
     """One uvicorn server on the event loop, on an already bound socket."""
 
     def __init__(self, app, sock: socket.socket) -> None:
@@ -154,7 +155,7 @@ class _Services:
     grpc_server: grpc.aio.Server | None = None
     health: health.aio.HealthServicer | None = None
     grpc_port: int | None = None
-    http: dict[str, _HttpServer] = field(default_factory=dict)
+    http: dict[str, HttpServer] = field(default_factory=dict)
     health_watch: asyncio.Task | None = None
 
 
@@ -263,19 +264,20 @@ async def _start_all(engine_loop: EngineLoop, prompts: PromptTokenizer,
     auth = TokenAuth(options.auth_tokens) if options.auth_tokens is not None else None
     services = _Services(prompts)
     try:
+        backend = EngineBackend(engine_loop)
         if "http" in sockets:
-            from server.openai_http import build_app
+            from server.openai_app import build_app
 
             max_model_len = await engine_loop.run(lambda engine: engine.max_model_len)
-            services.http["http"] = _HttpServer(
-                build_app(engine_loop, prompts, auth, metrics, model_name, max_model_len,
-                          options.tool_call_parser),
+            services.http["http"] = HttpServer(
+                build_app(backend, prompts, auth, model_name, max_model_len,
+                          options.tool_call_parser, metrics),
                 sockets["http"])
         if "metrics" in sockets:
-            from server.openai_http import build_metrics_app
+            from server.openai_app import build_metrics_app
 
-            services.http["metrics"] = _HttpServer(build_metrics_app(engine_loop, metrics),
-                                                   sockets["metrics"])
+            services.http["metrics"] = HttpServer(build_metrics_app(backend, metrics),
+                                                  sockets["metrics"])
         for server in services.http.values():
             await server.start()
         if options.port is not None:

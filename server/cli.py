@@ -102,6 +102,8 @@ def _serve_replicas(args: argparse.Namespace) -> None:
         for i, address in enumerate(local.addresses):
             print(f"replica {i} serving on {address}", flush=True)
         print(f"agentix serving on {running.address}", flush=True)
+        if running.http_address is not None:
+            print(f"http serving on {running.http_address}", flush=True)
 
     from server.router.spawn import ReplicaStartError
 
@@ -141,6 +143,8 @@ def _router(args: argparse.Namespace) -> None:
 
     def ready(running) -> None:
         print(f"agentix router serving on {running.address}", flush=True)
+        if running.http_address is not None:
+            print(f"http serving on {running.http_address}", flush=True)
 
     try:
         serve_router_forever(options, on_ready=ready)
@@ -226,12 +230,7 @@ def _add_serve_parser(sub) -> None:
     serve.add_argument("--grace", type=float, default=5.0, metavar="S",
                        help="seconds calls in flight get to finish on shutdown (a second "
                             "signal exits at once)")
-    serve.add_argument("--enable-auto-tool-choice", action="store_true",
-                       help="HTTP: parse chat outputs into tool calls when a request offers "
-                            "tools with tool_choice auto (needs --tool-call-parser)")
-    serve.add_argument("--tool-call-parser", choices=sorted(TOOL_PARSERS), metavar="NAME",
-                       help="the format tool calls are parsed from: "
-                            f"{', '.join(sorted(TOOL_PARSERS))} (default: none)")
+    _add_tool_flags(serve)
     serve.add_argument("--router-token-file", metavar="FILE",
                        help="a file holding the token of a trusted router: only requests "
                             "carrying it (x-agentix-router-token) may set a program's "
@@ -305,6 +304,16 @@ def _add_placement_flags(parser: argparse.ArgumentParser, prefix: str = "") -> N
                              f"hits and queue times)")
 
 
+def _add_tool_flags(parser) -> None:
+    """vLLM's pair: "auto" tool choice, and the format it parses calls from."""
+    parser.add_argument("--enable-auto-tool-choice", action="store_true",
+                        help="HTTP: parse chat outputs into tool calls when a request offers "
+                             "tools with tool_choice auto (needs --tool-call-parser)")
+    parser.add_argument("--tool-call-parser", choices=sorted(TOOL_PARSERS), metavar="NAME",
+                        help="the format tool calls are parsed from: "
+                             f"{', '.join(sorted(TOOL_PARSERS))} (default: none)")
+
+
 def _add_router_parser(sub) -> None:
     router = sub.add_parser("router", formatter_class=_HelpFormatter,
                             help="route agentix.v1.Agentix over running replicas (same API)")
@@ -320,10 +329,20 @@ def _add_router_parser(sub) -> None:
     _add_placement_flags(router)
     router.add_argument("--host", default="127.0.0.1", help="the address the router listens on")
     router.add_argument("--port", type=int, default=50051, help="gRPC port (0: a free one)")
+    router.add_argument("--http-port", type=int, metavar="PORT",
+                        help="also serve the OpenAI API here, in front of the replicas "
+                             "(needs --model; default: off)")
     router.add_argument("--model", metavar="DIR",
                         help="the replicas' model directory: only its tokenizer is loaded, "
-                             "to size text prompts for placement (default: estimated from "
-                             "their bytes, no prefix hashes)")
+                             "to size text prompts for placement and render the HTTP door's "
+                             "chats (default: sizes estimated from bytes, no prefix hashes)")
+    router.add_argument("--served-model-name", metavar="NAME",
+                        help="the model's name over HTTP (default: the replicas' model "
+                             "directory's name)")
+    router.add_argument("--chat-template", metavar="FILE",
+                        help="the replicas' --chat-template, for the HTTP door's chats "
+                             "(default: the model's own)")
+    _add_tool_flags(router)
     router.add_argument("--auth-token-file", metavar="FILE",
                         help="'TOKEN TENANT' lines, the replicas' own file: the router "
                              "authenticates and forwards the client's token (default: off)")

@@ -39,9 +39,7 @@ def serve_setup(args: argparse.Namespace) -> tuple[EngineConfig, ServeOptions]:
         raise UsageError("--no-grpc: an HTTP-only server needs --http-port")
     tokens = _tokens(args.auth_token_file)
     router_token = _router_token(args.router_token_file)
-    if args.enable_auto_tool_choice != (args.tool_call_parser is not None):
-        raise UsageError("--enable-auto-tool-choice and --tool-call-parser go together: "
-                         "auto tool choice parses the output with that parser")
+    _check_tool_flags(args)
     from server.app import ServeOptions
 
     try:
@@ -101,6 +99,7 @@ def router_setup(args: argparse.Namespace) -> RouterOptions:
     tokens = _tokens(args.auth_token_file)
     router_token = _router_token(args.router_token_file)
     _check_placement(args.placement, args.cutoff)
+    _check_tool_flags(args)
     from scheduler.config import SchedulerConfig
     from server.app import ServeOptions
     from server.router.app import RouterOptions
@@ -109,14 +108,22 @@ def router_setup(args: argparse.Namespace) -> RouterOptions:
         options = RouterOptions(
             replicas=tuple(args.replica), replicas_dns=tuple(args.replicas_dns),
             dns_refresh_seconds=args.dns_refresh, placement=args.placement, cutoff=args.cutoff,
-            host=args.host, port=args.port, model=args.model, auth_tokens=tokens,
+            host=args.host, port=args.port, http_port=args.http_port, model=args.model,
+            chat_template=args.chat_template, tool_call_parser=args.tool_call_parser,
+            served_model_name=args.served_model_name, auth_tokens=tokens,
             router_token=router_token, grace=args.grace, max_prompt_bytes=args.max_prompt_bytes,
             ready_timeout=args.ready_timeout,
             scheduler=SchedulerConfig(program_ttl=args.program_ttl))
     except ValueError as exc:
         raise UsageError(f"router options: {exc}") from None
-    _check_ports(ServeOptions(host=args.host, port=args.port))
+    _check_ports(ServeOptions(host=args.host, port=args.port, http_port=args.http_port))
     return options
+
+
+def _check_tool_flags(args: argparse.Namespace) -> None:
+    if args.enable_auto_tool_choice != (args.tool_call_parser is not None):
+        raise UsageError("--enable-auto-tool-choice and --tool-call-parser go together: "
+                         "auto tool choice parses the output with that parser")
 
 
 def replicas_setup(args: argparse.Namespace,
@@ -124,12 +131,13 @@ def replicas_setup(args: argparse.Namespace,
                    ) -> tuple[LocalReplicas, RouterOptions]:
     """`agentix serve --replicas N`: every `agentix serve` check, then the local replicas
     (not started yet) and the router's options (UsageError naming a bad argument)."""
-    for flag, given in (("--no-grpc", args.no_grpc or None), ("--http-port", args.http_port),
+    for flag, given in (("--no-grpc", args.no_grpc or None),
                         ("--metrics-port", args.metrics_port),
                         ("--router-token-file", args.router_token_file)):
         if given is not None:
-            raise UsageError(f"{flag}: not with --replicas (the router serves gRPC only and "
-                             f"makes its own router token)")
+            raise UsageError(f"{flag}: not with --replicas (the router serves gRPC, and HTTP "
+                             f"with --http-port; each replica its own metrics; it makes its "
+                             f"own router token)")
     config, options = serve_setup(args)
     _check_placement(args.placement, args.cutoff)
     from server.router.app import RouterOptions
@@ -140,7 +148,9 @@ def replicas_setup(args: argparse.Namespace,
         replicas=(), placement=args.placement, cutoff=args.cutoff, host=options.host,
         port=options.port, model=config.model, auth_tokens=options.auth_tokens,
         router_token=local.token, grace=options.grace,
-        max_prompt_bytes=options.max_prompt_bytes,
+        max_prompt_bytes=options.max_prompt_bytes, http_port=options.http_port,
+        chat_template=config.chat_template, tool_call_parser=options.tool_call_parser,
+        served_model_name=options.served_model_name,
         scheduler=config.scheduler)  # the replicas' TTL, half-lives and caps
     return local, router
 

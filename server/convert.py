@@ -61,6 +61,21 @@ def sampling_params(msg: pb.SamplingParams) -> SamplingParams:
     )
 
 
+def sampling_message(params: SamplingParams) -> pb.SamplingParams:
+    """The wire form of engine sampling parameters (`sampling_params` reads it back; the
+    wire's floats are 32-bit)."""
+    message = pb.SamplingParams(
+        temperature=params.temperature, top_k=params.top_k, top_p=params.top_p,
+        max_tokens=params.max_tokens, stop=params.stop, stop_token_ids=params.stop_token_ids,
+        ignore_eos=params.ignore_eos,
+        json_schema=params.structured.json_schema if params.structured is not None else "")
+    if params.seed is not None:
+        message.seed = params.seed
+    if params.logprobs is not None:
+        message.logprobs = params.logprobs
+    return message
+
+
 def optional(message: Message, field: str) -> float | None:
     """A proto3 `optional` number field's value, None when the sender left it unset."""
     return getattr(message, field) if message.HasField(field) else None
@@ -133,6 +148,12 @@ def delta(call_id: str, token_ids: list[int], text: str,
             pb.TokenLogprob(token_id=lp.token_id, logprob=lp.logprob,
                             top=[pb.TopLogprob(token_id=t, logprob=v) for t, v in lp.top])
             for lp in logprobs or ()]))
+
+
+def logprobs_of(delta_message: pb.Delta) -> list[TokenLogprob]:
+    """A delta's logprobs as the engine's (one per token id; empty when not asked)."""
+    return [TokenLogprob(lp.token_id, lp.logprob, tuple((t.token_id, t.logprob) for t in lp.top))
+            for lp in delta_message.logprobs]
 
 
 def final(completion: CompletionOutput, call_id: str,

@@ -51,6 +51,14 @@ class AlreadyExistsError(ServerError):
     code = grpc.StatusCode.ALREADY_EXISTS
 
 
+class RelayedError(ServerError):
+    """An error a replica answered, or the router's own refusal, relayed with its status."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 def status_of(exc: BaseException) -> grpc.StatusCode | None:
     """The status code for a request error, or None for an unexpected (internal) error.
 

@@ -1,10 +1,11 @@
-"""The OpenAI-compatible HTTP door (FastAPI), over the same EngineLoop as gRPC.
+"""The OpenAI-compatible HTTP door (FastAPI), over one engine (the EngineLoop gRPC uses too)
+or a router's replicas: the same code on a `server.door_backend.DoorBackend`.
 
     POST /v1/chat/completions   messages through the model's chat template; SSE when stream
     POST /v1/completions        a string or token ids, or a batch (n choices per prompt)
     POST /v1/responses          the Responses API as a form of chat (server/openai_responses.py)
     POST /tokenize, /detokenize vLLM's token endpoints (server/openai_tokens.py)
-    GET  /v1/models, /health, /metrics
+    GET  /v1/models, /health, /metrics (one engine's; a router serves none)
     GET  /v1/programs/{id}      the program's process-table record
     POST /v1/programs/{id}:end  end it (its calls are aborted)
 
@@ -37,42 +38,37 @@ import asyncio
 import contextlib
 import json
 import logging
-import re
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 
-import grpc
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
+from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine import ChatPrompt, CompletionOutput
 from engine.errors import UnknownProgramError
-from scheduler.ids import check_id
-from server import convert
-from server.auth import AuthError, TokenAuth
-from server.call_stream import CallStream, StreamDelta
 from engine.llm_engine import check_ttft_slo
-from server.calls import CallRequest, adder
-from server.engine_loop import EngineLoop
-from server.errors import DrainingError, ServerError, message_of, status_of
-from server.metrics import CONTENT_TYPE, ServerMetrics
+from engine.logprobs import TokenLogprob
+from scheduler.ids import check_id
+from server.auth import AuthError, TokenAuth
+from server.call_stream import StreamDelta
+from server.calls import CallRequest
+from server.door_backend import CallItems, DoorBackend, Headers
+from server.errors import DrainingError
+from server.http_errors import HttpError, http_error_of, sse_error_event
+from server.namespace import Namespace, new_id
+from server.openai_logprobs import chat_logprobs, completion_logprobs, token_ids_of
 from server.openai_protocol import (ChatCompletionRequest, CompletionRequest, chat_choice,
                                     chunk_delta, envelope, first_call_only, for_choice,
                                     fragment_chunk, now_seconds, text_choice,
                                     tool_calls_finish, usage)
-from engine.logprobs import TokenLogprob
-from server.namespace import Namespace, new_id
-from server.openai_logprobs import chat_logprobs, completion_logprobs, token_ids_of
 from server.openai_responses import (ResponseEvents, ResponsesRequest, final_status,
                                      output_items, response_object, response_usage)
 from server.prompts import PromptTokenizer
 from server.tool_parsers import ParsedOutput, ToolParser, make_tool_parser
-from server.openai_tokens import TokenEndpoints
 from server.tool_parsers.forced import ForcedCallParser
 from server.wire import SHUTDOWN, message_to_dict
 
+T = TypeVar("T")
 log = logging.getLogger(__name__)
 ParserFactory = Callable[[], ToolParser]  # a fresh tool parser for one output
 Prompt = str | list[int] | ChatPrompt  # one call's prompt, before tokenizing
@@ -80,85 +76,6 @@ PROGRAM_HEADERS = ("x-program-id", "x-session-id")
 PROGRAM_CLASS_HEADER = "x-program-class"
 DISCONNECT_POLL_SECONDS = 0.25  # how often a non-streamed request checks for its client
 CLIENT_CLOSED_REQUEST = 499     # the status logged for a request whose client went away
-BODY_OVERHEAD_BYTES = 64 << 10  # a body's room beyond its prompt
-HTTP_STATUS = {grpc.StatusCode.INVALID_ARGUMENT: 400, grpc.StatusCode.UNAUTHENTICATED: 401,
-               grpc.StatusCode.PERMISSION_DENIED: 403, grpc.StatusCode.NOT_FOUND: 404,
-               grpc.StatusCode.ALREADY_EXISTS: 409, grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
-               grpc.StatusCode.UNAVAILABLE: 503}
-ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
-               403: "permission_error", 404: "not_found_error", 409: "conflict_error",
-               413: "invalid_request_error", 429: "rate_limit_error", 500: "internal_error",
-               503: "service_unavailable"}
-FIELD_NAME = re.compile(r"^([A-Za-z_][\w.\[\]]*)(?=:| must| is| has| exceed| leaves| \d)")
-
-
-class HttpError(Exception):
-    """A request error with its HTTP status and the parameter it names (if any)."""
-
-    def __init__(self, status: int, message: str, param: str | None = None,
-                 code: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.param, self.code = status, message, param, code
-
-
-def error_response(status: int, message: str, param: str | None = None,
-                   code: str | None = None) -> JSONResponse:
-    return JSONResponse(status_code=status, content={"error": {
-        "message": message, "type": ERROR_TYPES.get(status, "error"), "param": param,
-        "code": code}})
-
-
-def http_error_of(exc: Exception) -> HttpError:
-    """The HTTP form of an engine or server request error (500 for anything else)."""
-    if isinstance(exc, HttpError):
-        return exc
-    code = status_of(exc)
-    if code is None:
-        log.error("internal error", exc_info=exc)
-        return HttpError(500, f"internal error: {message_of(exc)}")
-    message = message_of(exc)
-    match = FIELD_NAME.match(message) if code == grpc.StatusCode.INVALID_ARGUMENT else None
-    return HttpError(HTTP_STATUS.get(code, 500), message, match.group(1) if match else None)
-
-
-class BodyLimit:
-    """ASGI middleware: an HTTP request body may be at most `max_bytes`, declared or not.
-    A body without a declared length is read (up to the limit) before the app sees it."""
-
-    def __init__(self, app, max_bytes: int) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        declared = dict(scope.get("headers") or ()).get(b"content-length")
-        if declared is not None:
-            if declared.isdigit() and int(declared) > self.max_bytes:
-                return await self._refuse(scope, receive, send)
-            return await self.app(scope, receive, send)
-        messages, size = [], 0
-        while True:
-            message = await receive()
-            messages.append(message)
-            size += len(message.get("body", b""))
-            if size > self.max_bytes:
-                return await self._refuse(scope, receive, send)
-            if message["type"] != "http.request" or not message.get("more_body"):
-                break
-
-        async def replay():
-            return messages.pop(0) if messages else await receive()
-
-        await self.app(scope, replay, send)
-
-    async def _refuse(self, scope, receive, send) -> None:
-        """413, closing the connection: kept alive, the server would read and discard the
-        rest of the body (up to the size declared) before the next request."""
-        message = f"body: larger than the server's limit of {self.max_bytes} bytes"
-        response = error_response(413, message)
-        response.headers["Connection"] = "close"
-        await response(scope, receive, send)
 
 
 @dataclass(frozen=True)
@@ -166,10 +83,11 @@ class StartedCalls:
     """A request's submitted calls: one stream per choice; `own_program` when the request
     started a program of its own (`program_id`, ended with the request); `named` the
     program the client named (None: none); `parser` makes the tool parser of the outputs
-    (None: plain text)."""
+    (None: plain text); `headers` are the request's (a router forwards them)."""
 
     ns: Namespace
-    streams: list[CallStream]
+    headers: tuple[tuple[str, str], ...]
+    streams: list[CallItems]
     own_program: bool
     program_id: str | None
     named: str | None
@@ -179,14 +97,13 @@ class StartedCalls:
 class OpenAIDoor:
     """The handlers; `auth=None` turns authentication off."""
 
-    def __init__(self, engine_loop: EngineLoop, prompts: PromptTokenizer | None,
-                 auth: TokenAuth | None, metrics: ServerMetrics, model_name: str,
-                 max_model_len: int, tool_call_parser: str | None = None) -> None:
+    def __init__(self, backend: DoorBackend, prompts: PromptTokenizer, auth: TokenAuth | None,
+                 model_name: str, max_model_len: int, tool_call_parser: str | None = None
+                 ) -> None:
         self.tool_call_parser = tool_call_parser
-        self.loop = engine_loop
+        self.backend = backend
         self.prompts = prompts
         self.auth = auth
-        self.metrics = metrics
         self.model_name = model_name
         self.max_model_len = max_model_len
 
@@ -211,9 +128,10 @@ class OpenAIDoor:
             raise HttpError(404, f"model: {model[:64]!r} is not served here (this server "
                                  f"serves {self.model_name!r})", "model", "model_not_found")
 
-    async def run(self, fn, ns: Namespace):
+    async def run(self, ns: Namespace, awaitable: Awaitable[T]) -> T:
+        """`awaitable`'s result, its request error as an HttpError (ids as `ns` knows them)."""
         try:
-            return await self.loop.run(fn)
+            return await awaitable
         except Exception as exc:
             raise http_error_of(ns.outer_error(exc)) from None
 
@@ -224,31 +142,17 @@ class OpenAIDoor:
             "id": self.model_name, "object": "model", "created": 0, "owned_by": "agentix",
             "max_model_len": self.max_model_len}]}
 
-    async def health(self) -> Response:
-        if self.loop.draining:
-            return error_response(503, "the server is shutting down")
-        if self.loop.stalled():
-            return error_response(503, "the engine has made no progress for "
-                                       f"{self.loop.stall_seconds:g} s while it has work")
-        return JSONResponse({"status": "ok"})
-
-    async def render_metrics(self) -> Response:
-        stats = await self.run(lambda engine: engine.stats(), Namespace(None))
-        return Response(self.metrics.render(stats), media_type=CONTENT_TYPE)
-
     # ----- programs ---------------------------------------------------------------------
     async def get_program(self, request: Request, program_id: str) -> dict[str, Any]:
         ns = self.namespace(request)
         inner = self.inner(ns, "program_id", program_id)
-        return message_to_dict(await self.run(
-            lambda engine: convert.program_info(engine.get_program(inner), ns.outer), ns))
+        return message_to_dict(await self.run(ns, self.backend.get_program(ns, inner)))
 
     async def end_program(self, request: Request, program_id: str) -> dict[str, Any]:
         ns = self.namespace(request)
         inner = self.inner(ns, "program_id", program_id)
-        # Ending a recently ended program again is harmless: its final record.
-        return message_to_dict(await self.run(
-            lambda engine: convert.program_info(engine.end_program(inner), ns.outer), ns))
+        return message_to_dict(await self.run(ns, self.backend.end_program(
+            ns, inner, tuple(request.headers.items()))))
 
     # ----- calls ------------------------------------------------------------------------
     async def chat(self, request: Request, body: ChatCompletionRequest) -> Response:
@@ -330,6 +234,9 @@ class OpenAIDoor:
                 else:
                     for event in events.finish(item.completion):
                         yield event
+        except Exception as exc:  # the call's stream ended in a request error
+            for event in events.fail(http_error_of(started.ns.outer_error(exc)).message):
+                yield event
         finally:
             await self.end_calls(started)
 
@@ -339,16 +246,13 @@ class OpenAIDoor:
     async def _generate(self, request: Request, body, kind: str,
                         prompts_of: Callable[[], list[Prompt]]) -> Response:
         started = await self.start_calls(request, body, prompts_of)
-        ns, streams = started.ns, started.streams
-        own_program, program_id, named = started.own_program, started.program_id, started.named
-        parser = started.parser
+        ns, parser = started.ns, started.parser
         response_id = (f"{'chatcmpl' if kind == 'chat.completion' else 'cmpl'}-"
-                       f"{ns.outer(streams[0].call_id)}")
+                       f"{ns.outer(started.streams[0].call_id)}")
         if body.stream:
             chunk_kind = "chat.completion.chunk" if kind == "chat.completion" else kind
-            return StreamingResponse(
-                self._sse(streams, chunk_kind, response_id, body, own_program, program_id,
-                          parser), media_type="text/event-stream")
+            return StreamingResponse(self._sse(started, chunk_kind, response_id, body),
+                                     media_type="text/event-stream")
         completions = await self.finish_calls(request, started)
         if completions is None:  # the client went away: its calls are aborted
             return Response(status_code=CLIENT_CLOSED_REQUEST)
@@ -363,7 +267,8 @@ class OpenAIDoor:
                        for i, c in enumerate(completions)]
         return JSONResponse(envelope(
             kind, response_id, self.model_name, now_seconds(), choices,
-            usage=usage(completions), program_id=ns.outer(program_id) if named else ""))
+            usage=usage(completions),
+            program_id=ns.outer(started.program_id) if started.named else ""))
 
     async def _logprobs(self, kind: str, entries: list[TokenLogprob] | None,
                         offset: int = 0) -> dict[str, Any] | None:
@@ -404,35 +309,36 @@ class OpenAIDoor:
         calls = [(token_ids, i * body.n + j) for i, token_ids in enumerate(prompts)
                  for j in range(body.n)]
         own_program = named is None and len(calls) > 1
+        headers = tuple(request.headers.items())
         if own_program:
             program_id = ns.inner("program_id", new_id("prog"))
-            await self.run(lambda engine: engine.start_program(
-                program_id, ns.tenant, program_class=program_class), ns)
-        streams: list[CallStream] = []
+            await self.run(ns, self.backend.start_program(ns, program_id, program_class))
+        streams: list[CallItems] = []
         try:
             for token_ids, index in calls:
                 thread = (body.thread_id if len(calls) == 1 else
                           f"{body.thread_id or 'choice'}-{index}")
-                streams.append(await self._submit(ns, CallRequest(
+                streams.append(await self.run(ns, self.backend.submit(ns, CallRequest(
                     program_id=program_id, call_id=ns.inner("call_id", new_id("call")),
                     prompt=token_ids, params=for_choice(params, index), tenant=ns.tenant,
                     thread_id=thread, expected_tool_seconds=body.expected_tool_seconds,
                     start_unknown=True, program_class=program_class,
-                    ttft_slo_seconds=body.ttft_slo_seconds)))
+                    ttft_slo_seconds=body.ttft_slo_seconds), headers)))
         except BaseException:
             for stream in streams:
                 stream.cancel()
-            await self._end_own(own_program, program_id)
+            await self._end_own(ns, headers, own_program, program_id)
             raise
-        return StartedCalls(ns, streams, own_program, program_id, named, parser)
+        return StartedCalls(ns, headers, streams, own_program, program_id, named, parser)
 
     async def finish_calls(self, request: Request, started: StartedCalls
                            ) -> list[CompletionOutput] | None:
         """The started calls' completions (None if the client went away: they are aborted);
         the calls end here either way. HttpError 500 or 503 for a call the engine failed or
-        the shutdown cut."""
+        the shutdown cut, the request error a call's stream ended in otherwise."""
         try:
-            completions = await _until_done_or_gone(request, started.streams)
+            completions = await self.run(started.ns,
+                                         _until_done_or_gone(request, started.streams))
         finally:
             await self.end_calls(started)
         if completions is None:
@@ -447,29 +353,26 @@ class OpenAIDoor:
         """Abort what is left of the calls, end the request's own program."""
         for stream in started.streams:
             stream.cancel()
-        await self._end_own(started.own_program, started.program_id)
+        await self._end_own(started.ns, started.headers, started.own_program,
+                            started.program_id)
 
-    async def _submit(self, ns: Namespace, call: CallRequest) -> CallStream:
-        try:
-            return await self.loop.submit(adder(call))
-        except Exception as exc:
-            raise http_error_of(ns.outer_error(exc)) from None
-
-    async def _end_own(self, own_program: bool, program_id: str | None) -> None:
+    async def _end_own(self, ns: Namespace, headers: Headers, own_program: bool,
+                       program_id: str | None) -> None:
         if own_program and program_id is not None:
             try:
-                await self.loop.run(lambda engine: engine.end_program(program_id))
+                await self.backend.end_program(ns, program_id, headers)
             except (UnknownProgramError, DrainingError):
                 pass
 
-    async def _sse(self, streams: list[CallStream], kind: str, response_id: str, body,
-                   own_program: bool, program_id: str | None,
-                   parser: ParserFactory | None = None) -> AsyncIterator[str]:
+    async def _sse(self, started: StartedCalls, kind: str, response_id: str, body
+                   ) -> AsyncIterator[str]:
         """The SSE body: a role chunk per choice (chat), the choices' deltas interleaved as
-        they come (with a `parser`, as the tool parser's fragments: content, then each
-        tool call's opening and arguments), a finish chunk per choice, the usage chunk if
-        asked for, `[DONE]`. A client that goes away aborts the calls (the generator is
-        closed)."""
+        they come (with the calls' tool parser, as its fragments: content, then each tool
+        call's opening and arguments), a finish chunk per choice, the usage chunk if asked
+        for, `[DONE]`; a call's stream that ends in an error sends an error event (OpenAI's
+        error body) and `[DONE]` instead. A client that goes away aborts the calls (the
+        generator is closed)."""
+        streams, parser = started.streams, started.parser
         created = now_seconds()
 
         def event(choices: list[dict[str, Any]], **extra: Any) -> str:
@@ -514,11 +417,11 @@ class OpenAIDoor:
                     yield event([chunk_delta(kind, index, "", [] if ids else None, reason)])
             if body.include_usage():
                 yield event([], usage=usage(completions))
-            yield "data: [DONE]\n\n"
+        except Exception as exc:
+            yield sse_error_event(http_error_of(started.ns.outer_error(exc)))
         finally:
-            for stream in streams:
-                stream.cancel()
-            await self._end_own(own_program, program_id)
+            await self.end_calls(started)
+        yield "data: [DONE]\n\n"
 
 
 def _parsed(parser: ParserFactory | None, text: str, parallel: bool) -> ParsedOutput | None:
@@ -553,7 +456,7 @@ class _StreamedCalls:
         return kept
 
 
-async def _until_done_or_gone(request: Request, streams: list[CallStream]
+async def _until_done_or_gone(request: Request, streams: list[CallItems]
                               ) -> list[CompletionOutput] | None:
     """The streams' completions, or None as soon as the client has disconnected."""
     gathered = asyncio.ensure_future(asyncio.gather(*(_collect(s) for s in streams)))
@@ -566,14 +469,14 @@ async def _until_done_or_gone(request: Request, streams: list[CallStream]
             return None
 
 
-async def _collect(stream: CallStream) -> CompletionOutput:
+async def _collect(stream: CallItems) -> CompletionOutput:
     async for item in stream:
         if not isinstance(item, StreamDelta):
             return item.completion
     raise RuntimeError("stream ended without a final item")
 
 
-async def _merge(streams: list[CallStream]) -> AsyncIterator[tuple[int, Any]]:
+async def _merge(streams: list[CallItems]) -> AsyncIterator[tuple[int, Any]]:
     """Items of several streams as they arrive, tagged with the stream's index."""
     if len(streams) == 1:
         async for item in streams[0]:
@@ -581,7 +484,7 @@ async def _merge(streams: list[CallStream]) -> AsyncIterator[tuple[int, Any]]:
         return
     queue: asyncio.Queue = asyncio.Queue()
 
-    async def pump(index: int, stream: CallStream) -> None:
+    async def pump(index: int, stream: CallItems) -> None:
         async for item in stream:
             await queue.put((index, item))
         await queue.put((index, None))
@@ -598,68 +501,3 @@ async def _merge(streams: list[CallStream]) -> AsyncIterator[tuple[int, Any]]:
     finally:
         for task in tasks:
             task.cancel()
-
-
-def _install_errors(app: FastAPI) -> None:
-    @app.exception_handler(HttpError)
-    async def on_http_error(_: Request, exc: HttpError) -> JSONResponse:
-        return error_response(exc.status, exc.message, exc.param, exc.code)
-
-    @app.exception_handler(RequestValidationError)
-    async def on_validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0] if exc.errors() else {}
-        if first.get("type") == "json_invalid":
-            return error_response(400, "body: not valid JSON "
-                                       f"({first.get('ctx', {}).get('error', 'decode error')})")
-        where = [str(part) for part in first.get("loc", ()) if part != "body"]
-        param = ".".join(where) or None
-        return error_response(400, f"{param or 'body'}: {first.get('msg', 'invalid request')}",
-                              param)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def on_starlette_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        # FastAPI's own refusals (a body it cannot parse: invalid UTF-8, JSON nested past
-        # the parser's depth) in OpenAI's body.
-        message = "body: not valid JSON" if exc.status_code == 400 else str(exc.detail)
-        return error_response(exc.status_code, message)
-
-    @app.exception_handler(ServerError)
-    async def on_server_error(_: Request, exc: ServerError) -> JSONResponse:
-        error = http_error_of(exc)
-        return error_response(error.status, error.message, error.param, error.code)
-
-
-def build_app(engine_loop: EngineLoop, prompts: PromptTokenizer, auth: TokenAuth | None,
-              metrics: ServerMetrics, model_name: str, max_model_len: int,
-              tool_call_parser: str | None = None) -> FastAPI:
-    """The OpenAI-compatible app (see the module docstring). A request body may be up to
-    four times the prompt limit (JSON escapes) plus room for the other fields.
-    `tool_call_parser` (a `server.tool_parsers` name; None: off) turns on "auto" tool
-    choice."""
-    door = OpenAIDoor(engine_loop, prompts, auth, metrics, model_name, max_model_len,
-                      tool_call_parser)
-    app = FastAPI(title="Agentix", docs_url=None, redoc_url=None, openapi_url=None)
-    _install_errors(app)
-    app.add_middleware(BodyLimit, max_bytes=4 * prompts.max_prompt_bytes + BODY_OVERHEAD_BYTES)
-    app.post("/v1/chat/completions")(door.chat)
-    app.post("/v1/completions")(door.completions)
-    app.post("/v1/responses")(door.responses)
-    app.get("/v1/models")(door.models)
-    tokens = TokenEndpoints(prompts, max_model_len, door.namespace, door.check_model,
-                            http_error_of)
-    app.post("/tokenize")(tokens.tokenize)
-    app.post("/detokenize")(tokens.detokenize)
-    app.get("/v1/programs/{program_id}")(door.get_program)
-    app.post("/v1/programs/{program_id}:end")(door.end_program)
-    app.get("/health")(door.health)
-    app.get("/metrics")(door.render_metrics)
-    return app
-
-
-def build_metrics_app(engine_loop: EngineLoop, metrics: ServerMetrics) -> FastAPI:
-    """/metrics and /health alone (the metrics port of a gRPC-only server)."""
-    door = OpenAIDoor(engine_loop, None, None, metrics, "", 0)
-    app = FastAPI(title="Agentix metrics", docs_url=None, redoc_url=None, openapi_url=None)
-    app.get("/metrics")(door.render_metrics)
-    app.get("/health")(door.health)
-    return app

@@ -1,6 +1,7 @@
 """Start and stop a router: on an asyncio event loop of its own thread, the grpc.aio server
-(agentix.v1.Agentix from RouterServicer, grpc health, reflection), one health/stats poller
-per replica, and the TTL expiry of the router's program records.
+(agentix.v1.Agentix from RouterServicer, grpc health, reflection), with `http_port` the
+OpenAI door (uvicorn, server/router/http_backend.py), one health/stats poller per replica,
+and the TTL expiry of the router's program records.
 
     running = start_router(RouterOptions(replicas=("127.0.0.1:50051", "127.0.0.1:50052"),
                                          placement="agentix"))
@@ -21,6 +22,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import socket
 import sys
 import threading
 import time
@@ -33,10 +35,13 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from scheduler.config import SchedulerConfig
 from scheduler.placement import DEFAULT_CUTOFF
 from scheduler.placement.base import Placement
-from server.app import HANDLER_GRACE, HEALTH_SERVICE_NAME, MESSAGE_OVERHEAD_BYTES, format_address
+from engine.text_codec import TextCodec
+from server.app import (HANDLER_GRACE, HEALTH_SERVICE_NAME, MESSAGE_OVERHEAD_BYTES,
+                        HttpServer, bind_socket, format_address)
 from server.auth import RouterTrust, TokenAuth
 from server.handlers import add_service
 from server.limits import DEFAULT_DNS_REFRESH_SECONDS, DEFAULT_MAX_PROMPT_BYTES
+from server.prompts import PromptTokenizer
 from server.reflection import enable_reflection
 from server.router.core import Router
 from server.router.discovery import Discovery, Resolver, parse_dns_name, resolve_dns
@@ -46,6 +51,7 @@ from server.router.service import RouterServicer
 from server.router.spawn import LocalReplicas
 from server.service import SERVICE_NAME
 from server.signals import StopSignals
+from server.tool_parsers import make_tool_parser
 
 log = logging.getLogger(__name__)
 EXPIRY_SECONDS = 1.0
@@ -63,7 +69,11 @@ class RouterOptions:
     the replicas, which must have it to accept priority values; also what may set
     `program_priority` on this router), `grace` (drain time of `stop()`), `scheduler` (the
     router's process table settings: program TTL, tenant half-life, caps; the fold follows
-    the replicas' policy from ModelInfo)."""
+    the replicas' policy from ModelInfo). `http_port` (None: not served, 0: a free one)
+    serves the OpenAI door, which needs `model` (its tokenizer renders chats: with
+    `chat_template`, the replicas' own), names the model `served_model_name` (default: the
+    replicas' model directory's name) and parses tool calls with `tool_call_parser` (None:
+    "auto" tool choice refused)."""
 
     replicas: tuple[str, ...]
     replicas_dns: tuple[str, ...] = ()
@@ -73,7 +83,11 @@ class RouterOptions:
     cutoff: int | str = DEFAULT_CUTOFF
     host: str = "127.0.0.1"
     port: int = 0
+    http_port: int | None = None
     model: str | None = None
+    chat_template: str | None = None
+    served_model_name: str | None = None
+    tool_call_parser: str | None = None
     auth_tokens: dict[str, str] | None = field(default=None, repr=False)
     router_token: str | None = field(default=None, repr=False)
     grace: float = 5.0
@@ -90,8 +104,18 @@ class RouterOptions:
         if not self.dns_refresh_seconds > 0:
             raise ValueError(f"dns_refresh_seconds: must be positive, got "
                              f"{self.dns_refresh_seconds}")
-        if not 0 <= self.port <= 65535:
-            raise ValueError(f"port: must be in [0, 65535], got {self.port}")
+        for name in ("port", "http_port"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value <= 65535:
+                raise ValueError(f"{name}: must be in [0, 65535], got {value}")
+        if self.http_port is not None and self.model is None:
+            raise ValueError("http_port: the router's OpenAI door needs model (its tokenizer "
+                             "renders chats and sizes prompts)")
+        if self.chat_template is not None and self.model is None:
+            raise ValueError("chat_template: needs model (the tokenizer it replaces the "
+                             "template of)")
+        if self.tool_call_parser is not None:
+            make_tool_parser(self.tool_call_parser)  # ValueError naming the supported ones
         if self.grace < 0:
             raise ValueError(f"grace: must be >= 0, got {self.grace}")
         if not self.ready_timeout >= 0:
@@ -126,7 +150,8 @@ class RunningRouter:
     def __init__(self, options: RouterOptions) -> None:
         self.options = options
         self.placement = make_placement(options.placement, options.cutoff)
-        self.prompts = RouterPrompts(options.model, options.max_prompt_bytes)
+        self.prompts = RouterPrompts(options.model, options.max_prompt_bytes,
+                                     options.chat_template)
         self.router: Router | None = None  # made on the loop (grpc.aio channels belong to it)
         self.servicer: RouterServicer | None = None
         self._loop = asyncio.new_event_loop()
@@ -138,8 +163,12 @@ class RunningRouter:
         self._health: health.aio.HealthServicer | None = None
         self._stopped = False
         self._lock = threading.Lock()
+        self._http_socket: socket.socket | None = None
+        self._http: HttpServer | None = None
+        self._door_prompts: PromptTokenizer | None = None
         self.port: int | None = None
         self.address: str | None = None
+        self.http_address: str | None = None
 
     def call(self, fn: Callable, timeout: float = 30.0):
         """Run `fn()` on the router's loop and return its result (tests, tools)."""
@@ -150,7 +179,10 @@ class RunningRouter:
     # ----- start ------------------------------------------------------------------------
     def start(self, should_stop: Callable[[], bool] | None = None) -> RunningRouter:
         """Serve once a replica has answered (TimeoutError after `ready_timeout`;
-        InterruptedError when `should_stop()` turns true while waiting)."""
+        InterruptedError when `should_stop()` turns true while waiting; OSError naming the
+        address when the HTTP port is taken, before any wait)."""
+        if self.options.http_port is not None:
+            self._http_socket = bind_socket(self.options.host, self.options.http_port)
         self._thread.start()
         try:
             asyncio.run_coroutine_threadsafe(self._start(should_stop), self._loop).result()
@@ -198,8 +230,25 @@ class RunningRouter:
         await server.start()
         self._server = server
         self.address = format_address(options.host, self.port)
+        if self._http_socket is not None:
+            await self._start_http()
         await self._set_health(True)
         await self._health.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
+
+    async def _start_http(self) -> None:
+        """The OpenAI door on this loop, sized by the first replica's ModelInfo."""
+        from server.openai_app import build_app
+        from server.router.http_backend import RouterBackend
+
+        info = self.router.model_info()
+        codec = TextCodec(self.prompts.tokenizer, info.vocab_size, info.max_model_len)
+        self._door_prompts = PromptTokenizer(codec, self.options.max_prompt_bytes)
+        app = build_app(RouterBackend(self.servicer), self._door_prompts, self.servicer.auth,
+                        self.options.served_model_name or info.model, info.max_model_len,
+                        self.options.tool_call_parser)
+        self._http = HttpServer(app, self._http_socket)
+        await self._http.start()
+        self.http_address = format_address(self.options.host, self._http.port)
         self._watch_task = asyncio.ensure_future(self._watch())
 
     async def _set_health(self, serving: bool) -> None:
@@ -251,6 +300,8 @@ class RunningRouter:
             await asyncio.sleep(0.02)
         if self._server is not None:
             await self._server.stop(HANDLER_GRACE)
+        if self._http is not None:
+            await self._http.stop()
         await self._stop_tasks()
 
     async def _stop_tasks(self) -> None:
@@ -266,6 +317,10 @@ class RunningRouter:
         self._thread.join()
         self._loop.close()
         self.prompts.close()
+        if self._door_prompts is not None:
+            self._door_prompts.close()
+        if self._http_socket is not None:
+            self._http_socket.close()
 
 
 def start_router(options: RouterOptions | None = None, **kwargs) -> RunningRouter:

@@ -26,6 +26,7 @@ from scheduler.placement.base import CallOutcome, Placement, PlacementRequest, R
 from scheduler.process_table import ProgramRecord
 from server import agentix_pb2 as pb
 from server.auth import ROUTER_TOKEN_HEADER
+from server.errors import ServerError
 from server.router.programs import RouterPrograms, policy_for
 from server.router.replica import Attempt, Replica
 
@@ -34,8 +35,10 @@ START_TIMEOUT = 10.0  # seconds for a replica to answer StartProgram / EndProgra
 MAX_REPLICAS = 256  # addresses a router routes to at once (discovery ignores the rest)
 
 
-class NoReplicaError(Exception):
-    """No healthy replica can take the call (UNAVAILABLE)."""
+class NoReplicaError(ServerError):
+    """No healthy replica can take the call."""
+
+    code = grpc.StatusCode.UNAVAILABLE
 
 
 class CallPhase(enum.Enum):

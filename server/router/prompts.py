@@ -40,16 +40,19 @@ def block_hashes(token_ids: list[int], block_size: int) -> tuple[int, ...]:
 
 
 class RouterPrompts:
-    """Sizes prompts (see the module docstring); `model_dir` None: no tokenizer."""
+    """Sizes prompts (see the module docstring); `model_dir` None: no tokenizer;
+    `chat_template` (a Jinja file, the replicas' own) replaces the model's template."""
 
-    def __init__(self, model_dir: str | None, max_prompt_bytes: int = DEFAULT_MAX_PROMPT_BYTES
-                 ) -> None:
+    def __init__(self, model_dir: str | None, max_prompt_bytes: int = DEFAULT_MAX_PROMPT_BYTES,
+                 chat_template: str | None = None) -> None:
         self.max_prompt_bytes = max_prompt_bytes
         self.tokenizer = None
         if model_dir is not None:
             from engine.tokenizer import load_tokenizer
 
             self.tokenizer = load_tokenizer(Path(model_dir))
+        if chat_template is not None and self.tokenizer is not None:
+            self.tokenizer.use_chat_template(Path(chat_template).read_text())
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="agentix-router-tokenize")
 
     async def shape(self, request: pb.GenerateRequest, block_size: int) -> PromptShape:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import AsyncIterator, NoReturn
+from typing import AsyncIterator, Iterable, NoReturn
 
 import grpc
 
@@ -34,7 +34,7 @@ from scheduler.placement.base import PlacementRequest
 from server import agentix_pb2 as pb
 from server import convert
 from server.auth import RouterTrust, TokenAuth
-from server.errors import DrainingError, abort_for
+from server.errors import DrainingError, RelayedError, abort_for
 from server.namespace import Namespace, caller_namespace, new_id
 from server.router.core import NoReplicaError, RoutedCall, Router
 from server.router.generate import LostMidStream, relay
@@ -63,8 +63,6 @@ class RouterServicer:
         return await caller_namespace(self.auth, context)
 
     async def _fail(self, context: grpc.aio.ServicerContext, exc: Exception) -> NoReturn:
-        if isinstance(exc, NoReplicaError):
-            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
         if isinstance(exc, grpc.aio.AioRpcError):  # a replica's answer, relayed as it is
             await context.abort(exc.code(), exc.details() or "")
         await abort_for(context, exc)
@@ -78,18 +76,22 @@ class RouterServicer:
                            context: grpc.aio.ServicerContext) -> pb.StartProgramResponse:
         ns = await self._namespace(context)
         try:
-            self._refuse_when_draining()
             tenant = ns.tenant if self.auth is not None else (request.tenant or None)
             if tenant is not None and self.auth is None:
                 check_id("tenant", tenant)
-            program_class = check_program_class(request.program_class)
             outer = request.program_id or new_id("prog")
-            inner = ns.inner("program_id", outer)
-            self.router.programs.start(self.router.clock(), inner, outer, tenant,
-                                       program_class)
+            self.admit_program(ns, outer, tenant, check_program_class(request.program_class))
         except Exception as exc:
             await self._fail(context, ns.outer_error(exc))
         return pb.StartProgramResponse(program_id=outer)
+
+    def admit_program(self, ns: Namespace, program_id: str, tenant: str | None,
+                      program_class: str | None) -> None:
+        """Start the caller's program `program_id` (as the client knows it) in the router's
+        records (DrainingError, or the table's refusal: a taken id, a cap)."""
+        self._refuse_when_draining()
+        self.router.programs.start(self.router.clock(), ns.inner("program_id", program_id),
+                                   program_id, tenant, program_class)
 
     async def EndProgram(self, request: pb.EndProgramRequest,
                          context: grpc.aio.ServicerContext) -> pb.ProgramInfo:
@@ -116,39 +118,66 @@ class RouterServicer:
     async def Generate(self, request: pb.GenerateRequest,
                        context: grpc.aio.ServicerContext) -> AsyncIterator[pb.GenerateResponse]:
         ns = await self._namespace(context)
-        router = self.router
-        metadata = context.invocation_metadata()
         priority = await checked_priority(request, context, self.trust)
         try:
-            self._refuse_when_draining()
-            call_id = request.call_id or new_id("call")
-            inner_call = ns.inner("call_id", call_id)
-            if request.thread_id:
-                check_id("thread_id", request.thread_id)
-            check_ttft_slo(convert.optional(request, "ttft_slo_seconds"))  # forwarded as is
-            program_id = (ns.inner("program_id", request.program_id)
-                          if request.program_id else None)
-            if program_id is not None:
-                router.programs.get(program_id)  # NOT_FOUND before anything is done
-            if router.model_info() is None:
-                raise NoReplicaError("no replica has answered yet")
-            shape = await self.prompts.shape(request, router.block_size())
-            if inner_call in router.calls:
-                raise _duplicate(call_id)
+            responses = await self.route(ns, request, context.invocation_metadata(), priority)
         except Exception as exc:
-            await self._fail(context, ns.outer_error(exc))
+            await self._fail(context, exc)
+        # aclosing: leaving early (the client went away) closes the relay at once, which
+        # cancels the forwarded call, so the replica aborts it and frees its blocks.
+        async with contextlib.aclosing(responses):
+            try:
+                async for response in responses:
+                    yield response
+            except Exception as exc:
+                await self._fail(context, exc)
+
+    async def route(self, ns: Namespace, request: pb.GenerateRequest,
+                    metadata: Iterable[tuple[str, str]], priority: float | None
+                    ) -> AsyncIterator[pb.GenerateResponse]:
+        """Admit a call (`priority`: a trusted router's value, None: none), or raise its
+        request error (ids as `ns` knows them) holding nothing; then its responses as its
+        replica sends them (generate.py). Iterate them to the end or close them: either
+        releases what the call holds. While they stream they may raise NoReplicaError,
+        UnknownProgramError (its program ended while it was placed) or RelayedError (the
+        replica's error, or UNAVAILABLE when the replica was lost mid-stream)."""
+        responses = self._routed(ns, request, list(metadata), priority)
+        try:
+            await anext(responses)  # admitted: it waits inside its cleanup's try
+        except Exception as exc:
+            raise ns.outer_error(exc) from None
+        return responses
+
+    async def _routed(self, ns: Namespace, request: pb.GenerateRequest,
+                      metadata: list[tuple[str, str]], priority: float | None
+                      ) -> AsyncIterator[pb.GenerateResponse | None]:
+        """`route`'s generator: None once admitted, then the call's responses."""
+        router = self.router
+        self._refuse_when_draining()
+        call_id = request.call_id or new_id("call")
+        inner_call = ns.inner("call_id", call_id)
+        if request.thread_id:
+            check_id("thread_id", request.thread_id)
+        check_ttft_slo(convert.optional(request, "ttft_slo_seconds"))  # forwarded as is
+        program_id = (ns.inner("program_id", request.program_id)
+                      if request.program_id else None)
+        if program_id is not None:
+            router.programs.get(program_id)  # NOT_FOUND before anything is done
+        if router.model_info() is None:
+            raise NoReplicaError("no replica has answered yet")
+        shape = await self.prompts.shape(request, router.block_size())
+        if inner_call in router.calls:
+            raise _duplicate(call_id)
         forward = pb.GenerateRequest()
         forward.CopyFrom(request)
         forward.call_id = call_id
         forward.ClearField("program_priority")
         record = None
         if program_id is not None:
-            try:  # the program may have ended or expired while the prompt was sized
-                record, value = router.programs.begin_call(
-                    router.clock(), program_id, inner_call, request.thread_id or None,
-                    shape.num_tokens)
-            except Exception as exc:
-                await self._fail(context, ns.outer_error(exc))
+            # The program may have ended or expired while the prompt was sized.
+            record, value = router.programs.begin_call(
+                router.clock(), program_id, inner_call, request.thread_id or None,
+                shape.num_tokens)
             priority = value if priority is None else max(value, priority)
         if priority is not None and router.router_token is not None:
             # Without a router token the replicas would refuse it: they then schedule the
@@ -159,8 +188,7 @@ class RouterServicer:
                                      shape.block_hashes, router.block_size() or 16)
         lost = False
         try:
-            # aclosing: leaving early (the client went away) closes the relay at once, which
-            # cancels the forwarded call, so the replica aborts it and frees its blocks.
+            yield None
             async with contextlib.aclosing(relay(router, forward, router.forwarded(metadata),
                                                  shape, placement, routed,
                                                  program_id)) as responses:
@@ -179,13 +207,14 @@ class RouterServicer:
             lost = True
             router.lost_mid_stream += 1
             replica = exc.args[0]
-            await context.abort(grpc.StatusCode.UNAVAILABLE,
-                                f"replica {replica.index} ({replica.address}) was lost "
-                                f"mid-stream: the call was cut; retry it (same call_id)")
-        except (NoReplicaError, grpc.aio.AioRpcError) as exc:
-            await self._fail(context, exc)
+            raise RelayedError(grpc.StatusCode.UNAVAILABLE,
+                               f"replica {replica.index} ({replica.address}) was lost "
+                               f"mid-stream: the call was cut; retry it (same call_id)"
+                               ) from None
+        except grpc.aio.AioRpcError as exc:  # the replica's answer, relayed as it is
+            raise RelayedError(exc.code(), exc.details() or "") from None
         except UnknownProgramError as exc:  # it ended while the call was being placed
-            await self._fail(context, ns.outer_error(exc))
+            raise ns.outer_error(exc) from None
         finally:
             router.calls.pop(inner_call, None)
             if record is not None:

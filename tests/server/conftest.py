@@ -8,6 +8,7 @@ from typing import Iterator
 import grpc
 import pytest
 from grpc_helpers import assert_clean, free_blocks, start
+from router_helpers import in_process_replicas
 from tool_call_model import build_tool_call_model
 
 from server import agentix_pb2_grpc
@@ -34,6 +35,16 @@ def grpc_server(tiny_llama_dir):
 def stub(grpc_server) -> Iterator[agentix_pb2_grpc.AgentixStub]:
     with grpc.insecure_channel(grpc_server.address) as channel:
         yield agentix_pb2_grpc.AgentixStub(channel)
+
+
+@pytest.fixture(scope="module")
+def replicas(tiny_llama_dir):
+    """Two in-process replicas trusting the router token (router_helpers.TOKEN), shared by
+    a router test module."""
+    servers = in_process_replicas(tiny_llama_dir)
+    yield servers
+    for server in servers:
+        server.stop(grace=0)
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""Agent frameworks, unchanged, against the HTTP door: the OpenAI Agents SDK on its default
+"""Agent frameworks, unchanged, against the HTTP door, of one server and of a router in front
+of a replica (the same door on `server.router.http_backend`): the OpenAI Agents SDK on its default
 Responses model (a function tool, `output_type`, `Runner.run_streamed`), LangChain's
 `ChatOpenAI` (`bind_tools` with a forced `tool_choice`, `with_structured_output(...,
 method="json_schema")`), a LangGraph `create_react_agent` run, and the openai SDK's streamed
@@ -37,6 +38,7 @@ from pydantic import BaseModel, Field  # noqa: E402
 from tool_call_model import CALL_ARGUMENTS, CALL_WORDS  # noqa: E402
 
 from server.app import start_server  # noqa: E402
+from server.router import start_router  # noqa: E402
 
 CALL_TOKENS = len(CALL_WORDS) + 1  # one answer of the tool-call model: its words, then EOS
 CHATML_TOOLS = Path(__file__).parents[2] / "engine" / "chat_templates" / "chatml_tools.jinja"
@@ -114,19 +116,41 @@ def fresh_weather():
     WEATHER.clear()
 
 
-@pytest.fixture(scope="module")
-def tool_server(tool_call_model_dir):
+class Routed:
+    """A router's HTTP door in front of one replica, as the tests use a server: its
+    `http_address`, and the replica's `engine_loop`."""
+
+    def __init__(self, model_dir: str, **options) -> None:
+        self.replica = start_server(server_config(model_dir), port=0)
+        self.router = start_router(replicas=[self.replica.address], model=model_dir,
+                                   http_port=0, served_model_name="tiny", **options)
+        self.http_address = self.router.http_address
+        self.engine_loop = self.replica.engine_loop
+
+    def stop(self, grace: float) -> None:
+        self.router.stop(grace)
+        self.replica.stop(grace)
+
+
+def serve(door: str, model_dir: str, **options):
+    """The HTTP door of `door` ("server" or "router") over `model_dir`."""
+    if door == "router":
+        return Routed(model_dir, **options)
+    return start_server(server_config(model_dir), port=None, http_port=0,
+                        served_model_name="tiny", **options)
+
+
+@pytest.fixture(scope="module", params=["server", "router"])
+def tool_server(request, tool_call_model_dir):
     """Auto tool choice with the hermes parser, over the model's tool-aware template."""
-    server = start_server(server_config(tool_call_model_dir), port=None, http_port=0,
-                          served_model_name="tiny", tool_call_parser="hermes")
+    server = serve(request.param, tool_call_model_dir, tool_call_parser="hermes")
     yield server
     server.stop(grace=0)
 
 
-@pytest.fixture(scope="module")
-def byte_server(byte_llama):
-    server = start_server(server_config(byte_llama[0]), port=None, http_port=0,
-                          served_model_name="tiny")
+@pytest.fixture(scope="module", params=["server", "router"])
+def byte_server(request, byte_llama):
+    server = serve(request.param, byte_llama[0])
     yield server
     server.stop(grace=0)
 

@@ -21,14 +21,6 @@ LONG = dict(max_tokens=200, ignore_eos=True)
 
 
 @pytest.fixture(scope="module")
-def replicas(tiny_llama_dir):
-    servers = in_process_replicas(tiny_llama_dir)
-    yield servers
-    for server in servers:
-        server.stop(grace=0)
-
-
-@pytest.fixture(scope="module")
 def router(replicas, tiny_llama_dir):
     running = router_over(replicas, make_placement("round_robin"), model=tiny_llama_dir)
     yield running

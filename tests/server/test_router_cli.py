@@ -1,13 +1,16 @@
 """`agentix serve --replicas N` and `agentix router` as processes: they serve on one
-address, and no replica process outlives the parent (SIGTERM, or SIGKILL of the parent)."""
+address (gRPC, and with --http-port the OpenAI door), and no replica process outlives the
+parent (SIGTERM, or SIGKILL of the parent)."""
 
 from __future__ import annotations
 
 import os
+import json
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 
 import psutil
 import pytest
@@ -44,19 +47,22 @@ def gone(pid: int) -> bool:
         return True
 
 
-def serve_replicas(model_dir: str) -> tuple[subprocess.Popen, str, list[int]]:
+def serve_replicas(model_dir: str, *flags: str) -> tuple[subprocess.Popen, list[str], list[int]]:
+    """The process, its addresses (gRPC, then HTTP with --http-port), its children."""
     process = agentix("serve", "--replicas", "2", "--model", model_dir, "--port", "0",
-                      "--placement", "round_robin", "--grace", "1", *TINY)
-    lines = read_until(process, "agentix serving on ")
-    assert [line.split(" serving on ")[0] for line in lines] == \
-        ["replica 0", "replica 1", "agentix"]
+                      "--placement", "round_robin", "--grace", "1", *TINY, *flags)
+    last = "http serving on " if "--http-port" in flags else "agentix serving on "
+    lines = read_until(process, last)
+    labels = ["replica 0", "replica 1", "agentix"] + (["http"] if "--http-port" in flags else [])
+    assert [line.split(" serving on ")[0] for line in lines] == labels
     children = [c.pid for c in psutil.Process(process.pid).children(recursive=True)]
     assert len(children) == 2
-    return process, lines[-1].rsplit(" ", 1)[1], children
+    return process, [line.rsplit(" ", 1)[1] for line in lines[2:]], children
 
 
 def test_serve_replicas_serves_and_leaves_no_child_after_sigterm(tiny_llama_dir):
-    process, address, children = serve_replicas(tiny_llama_dir)
+    process, (address, http_address), children = serve_replicas(
+        tiny_llama_dir, "--http-port", "0", "--served-model-name", "tiny")
     try:
         with AgentixClient(address) as client, client.program() as prog:
             engines = []
@@ -64,6 +70,13 @@ def test_serve_replicas_serves_and_leaves_no_child_after_sigterm(tiny_llama_dir)
                 assert len(prog.generate("w5 w6", max_tokens=3, ignore_eos=True).token_ids) == 3
                 engines.append(prog.info()["engine"])
             assert engines == [0, 1]
+        request = urllib.request.Request(
+            f"http://{http_address}/v1/completions",
+            headers={"X-Program-Id": "p1", "Content-Type": "application/json"},
+            data=json.dumps({"model": "tiny", "prompt": "w5 w6", "max_tokens": 3,
+                             "ignore_eos": True}).encode())
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert json.loads(response.read())["usage"]["completion_tokens"] == 3
         process.send_signal(signal.SIGTERM)
         assert process.wait(30) == 0
         assert "agentix: stopped" in process.stderr.read()
@@ -124,7 +137,9 @@ def test_router_command_over_running_replicas(tiny_llama_dir):
 @pytest.mark.parametrize("args, message", [
     (("router", "--replica", "nohost"), "--replica: expected HOST:PORT"),
     (("router", "--replica", "127.0.0.1:1", "--cutoff", "-3"), "--cutoff"),
-    (("serve", "--replicas", "2", "--http-port", "0"), "--http-port: not with --replicas"),
+    (("serve", "--replicas", "2", "--metrics-port", "0"), "--metrics-port: not with --replicas"),
+    (("router", "--replica", "127.0.0.1:1", "--http-port", "0"), "http_port: the router's "
+                                                                  "OpenAI door needs model"),
     (("serve", "--replicas", "0"), "--replicas"),
 ])
 def test_bad_arguments_are_one_line_and_status_2(args, message):

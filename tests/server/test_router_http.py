@@ -1,0 +1,198 @@
+"""The OpenAI door on the router (`start_router(http_port=...)`), two in-process replicas
+behind it: greedy tokens equal transformers', streamed as on one server; program identity
+in the router's records, the program on the replica it was placed on, ended everywhere;
+a request's n choices as a program of its own; a client that goes away aborts its call on
+the replica; the replicas' refusals relayed with OpenAI's body; a replica lost before a call
+streams is failed over; tool calls parsed by the router's door with the openai SDK."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+import openai
+import pytest
+import torch
+from grpc_helpers import wait_idle
+from router_helpers import TOKEN, in_process_replicas, router_over, wait_until
+from tiny_llama import hf_greedy
+from tool_call_model import CALL_ARGUMENTS
+from transformers import AutoModelForCausalLM
+
+from scheduler.placement import make_placement
+from server.router import start_router
+
+PROMPT = [5, 9, 14, 3, 27, 8, 11, 40, 2, 17]
+NEW_TOKENS = 6
+GREEDY = {"temperature": 0, "max_tokens": NEW_TOKENS}
+EXTRA = {"ignore_eos": True, "return_token_ids": True}
+
+
+@pytest.fixture(scope="module")
+def router(replicas, tiny_llama_dir):
+    running = router_over(replicas, make_placement("round_robin"), model=tiny_llama_dir,
+                          http_port=0, served_model_name="tiny-llama")
+    yield running
+    running.stop(grace=0)
+
+
+@pytest.fixture(scope="module")
+def client(router):
+    with openai.OpenAI(base_url=f"http://{router.http_address}/v1", api_key="unused",
+                       max_retries=0) as client:
+        yield client
+
+
+@pytest.fixture
+def idle(replicas, router):
+    yield
+    wait_until(lambda: router.call(lambda: not router.router.calls), what="router idle")
+    for server in replicas:
+        wait_idle(server)
+
+
+def post(router, path: str, body: dict, headers: dict | None = None) -> tuple[int, dict]:
+    request = urllib.request.Request(
+        f"http://{router.http_address}{path}", data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def get(router, path: str) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(f"http://{router.http_address}{path}", timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def calls_on(server, program_id: str) -> int | None:
+    """The program's calls on a replica's engine (None: no active program there)."""
+    table = server.engine_loop.call(lambda engine: engine.scheduler.table)
+    return server.engine_loop.call(
+        lambda engine: table.get(program_id).num_calls if program_id in table else None)
+
+
+def test_greedy_tokens_equal_transformers_streamed_or_not(client, tiny_llama_dir, idle):
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, torch_dtype=torch.float32)
+    expected = hf_greedy(model, PROMPT, NEW_TOKENS)
+    whole = client.completions.create(model="tiny-llama", prompt=PROMPT, extra_body=EXTRA,
+                                      **GREEDY)
+    assert whole.choices[0].model_extra["token_ids"] == expected
+    assert whole.usage.prompt_tokens == len(PROMPT)
+    assert whole.usage.completion_tokens == NEW_TOKENS
+    chunks = list(client.completions.create(model="tiny-llama", prompt=PROMPT, stream=True,
+                                            extra_body=EXTRA, **GREEDY))
+    streamed = [t for c in chunks if c.choices for t in c.choices[0].model_extra["token_ids"]]
+    assert streamed == expected
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == whole.choices[0].text
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+
+
+def test_a_named_program_lives_in_the_routers_records_and_ends_everywhere(
+        router, replicas, client, idle):
+    for _ in range(2):
+        client.completions.create(model="tiny-llama", prompt=PROMPT, extra_body=EXTRA,
+                                  extra_headers={"X-Program-Id": "agent-1",
+                                                 "X-Program-Class": "coder"}, **GREEDY)
+    status, record = get(router, "/v1/programs/agent-1")
+    assert status == 200
+    assert (record["program_id"], record["num_calls"], record["program_class"]) == \
+        ("agent-1", 2, "coder")
+    assert record["generated_tokens"] == 2 * NEW_TOKENS
+    # round_robin: one call on each replica, the program started on both
+    assert [calls_on(s, "agent-1") for s in replicas] == [1, 1]
+    status, ended = post(router, "/v1/programs/agent-1:end", {})
+    assert (status, ended["state"], ended["num_calls"]) == (200, "completed", 2)
+    assert [calls_on(s, "agent-1") for s in replicas] == [None, None]
+    assert get(router, "/v1/programs/nope")[0] == 404
+
+
+def test_n_choices_run_as_a_program_of_their_own_ended_with_the_request(
+        router, client, idle):
+    answer = client.completions.create(model="tiny-llama", prompt=PROMPT, n=2,
+                                       extra_body=EXTRA, **GREEDY)
+    assert [c.index for c in answer.choices] == [0, 1]
+    assert answer.choices[0].text == answer.choices[1].text  # greedy
+    assert router.call(lambda: len(router.router.programs.table)) == 0
+
+
+def test_a_client_that_goes_away_aborts_its_call_on_the_replica(router, client, replicas,
+                                                                 idle):
+    stream = client.completions.create(model="tiny-llama", prompt=PROMPT, stream=True,
+                                       temperature=0, max_tokens=400,
+                                       extra_body={"ignore_eos": True})
+    next(iter(stream))
+    stream.close()
+    # the idle fixture checks that neither the router nor a replica holds anything
+
+
+def test_refusals_come_back_in_openais_body(router, idle):
+    status, body = post(router, "/v1/completions", {"model": "tiny-llama", "prompt": PROMPT,
+                                                    "max_tokens": -1})
+    assert (status, body["error"]["param"]) == (400, "max_tokens")
+    status, body = post(router, "/v1/completions", {"model": "other", "prompt": PROMPT})
+    assert (status, body["error"]["code"]) == (404, "model_not_found")
+    status, body = post(router, "/v1/completions", {"model": "tiny-llama",
+                                                    "prompt": [1] * 5000})
+    assert (status, body["error"]["param"]) == (400, "prompt")
+    status, body = post(router, "/v1/completions", {"model": "tiny-llama", "prompt": PROMPT},
+                        {"X-Program-Id": "bad id"})
+    assert (status, body["error"]["param"]) == (400, "program_id")
+    assert get(router, "/health") == (200, {"status": "ok"})
+    status, models = get(router, "/v1/models")
+    assert [m["id"] for m in models["data"]] == ["tiny-llama"]
+
+
+def test_a_replica_lost_before_the_call_streams_is_failed_over(tiny_llama_dir):
+    servers = in_process_replicas(tiny_llama_dir)
+    # Polls too rare to notice a stop: only the calls' failures tell the router.
+    running = start_router(replicas=[s.address for s in servers], router_token=TOKEN,
+                           placement=make_placement("round_robin"), model=tiny_llama_dir,
+                           http_port=0, served_model_name="tiny-llama", poll_seconds=60)
+    body = {"model": "tiny-llama", "prompt": PROMPT, **GREEDY, **EXTRA}
+    try:
+        servers[0].stop(grace=0)  # round_robin sends the first call there
+        answers = [post(running, "/v1/completions", body) for _ in range(2)]
+        assert [status for status, _ in answers] == [200, 200]
+        assert running.call(lambda: running.router.retried) == 1
+        assert answers[0][1]["choices"][0]["token_ids"] == \
+            answers[1][1]["choices"][0]["token_ids"]
+        servers[1].stop(grace=0)
+        status, error = post(running, "/v1/completions", body)
+        assert (status, error["error"]["type"]) == (503, "service_unavailable")
+        status, error = get(running, "/health")
+        assert (status, error["error"]["message"]) == (503, "no replica is serving")
+    finally:
+        running.stop(grace=0)
+        for server in servers:
+            server.stop(grace=0)
+
+
+def test_tool_calls_are_parsed_by_the_routers_door(tool_call_model_dir):
+    servers = in_process_replicas(tool_call_model_dir, count=1)
+    running = router_over(servers, make_placement("round_robin"), model=tool_call_model_dir,
+                          http_port=0, tool_call_parser="hermes")
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}}]
+    try:
+        with openai.OpenAI(base_url=f"http://{running.http_address}/v1", api_key="unused",
+                           max_retries=0) as client:
+            model = client.models.list().data[0].id
+            chunks = list(client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": "hello"}], tools=tools,
+                temperature=0, max_tokens=32, stream=True))
+        calls = [d.tool_calls[0] for c in chunks if c.choices
+                 for d in [c.choices[0].delta] if d.tool_calls]
+        assert calls[0].function.name == "get_weather"
+        assert "".join(c.function.arguments or "" for c in calls) == CALL_ARGUMENTS
+        assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
+    finally:
+        running.stop(grace=0)
+        for server in servers:
+            server.stop(grace=0)
