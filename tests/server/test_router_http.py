@@ -196,3 +196,36 @@ def test_tool_calls_are_parsed_by_the_routers_door(tool_call_model_dir):
         running.stop(grace=0)
         for server in servers:
             server.stop(grace=0)
+
+
+def test_auth_through_the_routers_door(tiny_llama_dir):
+    tokens = {"tok-a": "alice", "tok-b": "bob"}
+    servers = in_process_replicas(tiny_llama_dir, auth_tokens=tokens)
+    running = router_over(servers, make_placement("round_robin"), model=tiny_llama_dir,
+                          http_port=0, served_model_name="tiny-llama", auth_tokens=tokens)
+    body = {"model": "tiny-llama", "prompt": PROMPT, **GREEDY, **EXTRA}
+
+    def as_(token: str | None, path: str = "/v1/completions", **headers):
+        auth = {"Authorization": f"Bearer {token}"} if token else {}
+        return post(running, path, body, {**auth, **headers})
+
+    try:
+        status, error = as_(None)
+        assert (status, error["error"]["code"]) == (401, "invalid_api_key")
+        for _ in range(2):
+            assert as_("tok-a", **{"X-Program-Id": "shared-name"})[0] == 200
+        assert as_("tok-b", **{"X-Program-Id": "shared-name"})[0] == 200  # its own
+        assert running.call(lambda: sorted(
+            (r.program_id, r.tenant, r.num_calls)
+            for r in running.router.programs.table.top_by_service(10))) == \
+            [("alice/shared-name", "alice", 2), ("bob/shared-name", "bob", 1)]
+        status, ended = as_("tok-a", "/v1/programs/shared-name:end")
+        assert (status, ended["program_id"], ended["tenant"]) == (200, "shared-name", "alice")
+        for server in servers:  # the replicas saw alice's token: her namespace
+            assert server.engine_loop.call(
+                lambda e: e.scheduler.table.is_recently_ended("alice/shared-name"))
+        assert as_("tok-b", "/v1/programs/shared-name:end")[0] == 200
+    finally:
+        running.stop(grace=0)
+        for server in servers:
+            server.stop(grace=0)
