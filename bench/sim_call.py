@@ -20,6 +20,7 @@ class SimCall:
     num_cached_tokens: int = 0
     num_preemptions: int = 0
     all_token_ids: list[int] = field(default_factory=list)
+    takes_prefix_hits: bool = True
 
     def __post_init__(self) -> None:
         self.all_token_ids = [100 + (self.arrival_index + i) % 50 for i in range(self.prompt_len)]

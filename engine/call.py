@@ -44,6 +44,9 @@ class Call:
     service_seconds: float = 0.0  # set when it finishes: service charged to it
     first_token_time: float | None = None  # engine clock, when its first token was sampled
     logprobs: list[TokenLogprob] = field(default_factory=list)  # when params.logprobs is set
+    # When params.prompt_logprobs is set: one per prompt position collected so far (None for
+    # position 0), kept across preemptions (`prompt_logprob_positions`).
+    prompt_logprobs: list[TokenLogprob | None] = field(default_factory=list)
     finish_time: float | None = None
     # The engine's incremental text and stop-string scan, for a call with stop strings
     # (made at its first token; None for calls without stop strings).
@@ -57,6 +60,25 @@ class Call:
         self.num_prompt_tokens = len(self.prompt_token_ids)
         self._token_limit = min(self.num_prompt_tokens + self.params.max_tokens,
                                 self.max_model_len)
+        if self.params.prompt_logprobs is not None:
+            self.prompt_logprobs = [None]  # nothing predicts the first token
+
+    @property
+    def takes_prefix_hits(self) -> bool:
+        """Whether a prefix-cache lookup may give it cached blocks: not while it still needs
+        prompt logprobs (those need the logits of every prompt position it has not scored).
+        It offers its own blocks to the cache either way."""
+        return (self.params.prompt_logprobs is None
+                or len(self.prompt_logprobs) == self.num_prompt_tokens)
+
+    def prompt_logprob_positions(self, start: int, end: int) -> range:
+        """The positions among its tokens [start, end) whose logits score a prompt token it
+        has no logprob for yet (position p scores token p + 1), in order; empty unless it
+        asked for prompt logprobs. Positions scored before a preemption are not again."""
+        if self.params.prompt_logprobs is None:
+            return range(0)
+        return range(max(start, len(self.prompt_logprobs) - 1),
+                     min(end, self.num_prompt_tokens - 1))
 
     @property
     def num_tokens(self) -> int:

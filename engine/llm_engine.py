@@ -179,6 +179,9 @@ class LLMEngine:
             raise ValueError(f"params must be SamplingParams, got {type(params).__name__}")
         if params.stop and self.tokenizer is None:
             raise ValueError("stop: stop strings need a tokenizer (this model has none)")
+        if params.prompt_logprobs is not None and self.runner is None:
+            raise ValueError("prompt_logprobs: an injected executor does not compute them "
+                             "(only the engine's own model runner does)")
         token_ids = self.tokenize_prompt(prompt)
         grammar = None if params.structured is None else self.grammar_state(params.structured)
         if program_id is not None:
@@ -259,12 +262,16 @@ class LLMEngine:
         return [call.call_id for call, _ in failed]
 
     def apply(self, plan: SchedulePlan, result: StepResult) -> list[StepOutput]:
-        """Hand the step to the scheduler (service, tokens, blocks, stop tokens and lengths),
-        then cut stop strings and fix the results of finished calls. Also returns the final
+        """Keep the prompt logprobs the step scored on their calls, hand the step to the
+        scheduler (service, tokens, blocks, stop tokens and lengths), then cut stop strings
+        and fix the results of finished calls. Also returns the final
         outputs of calls aborted, or failed with a step, since the last step."""
         now = self.clock()
         logprobs = {c.call.call_id: lp for c, lp in zip(plan.chunks, result.logprobs)
                     if lp is not None} if result.logprobs else {}
+        if result.prompt_logprobs:
+            for chunk, scored in zip(plan.chunks, result.prompt_logprobs):
+                chunk.call.prompt_logprobs.extend(scored)
         sampled = self.scheduler.update(plan, result.tokens, now, result.swap_seconds)
         self.counters.swap_out_bytes += len(plan.swap_out) * self.kv_spec.bytes_per_block
         self.counters.swap_in_bytes += len(plan.swap_in) * self.kv_spec.bytes_per_block
@@ -360,7 +367,9 @@ class LLMEngine:
             num_preemptions=call.num_preemptions, queue_seconds=call.queue_seconds,
             service_seconds=call.service_seconds, arrival_time=call.arrival_time,
             first_token_time=call.first_token_time, finish_time=call.finish_time,
-            logprobs=None if call.params.logprobs is None else list(call.logprobs))
+            logprobs=None if call.params.logprobs is None else list(call.logprobs),
+            prompt_logprobs=(None if call.params.prompt_logprobs is None
+                             else list(call.prompt_logprobs)))
 
     def stats(self) -> EngineStats:
         """The engine's live load and counters (see EngineStats)."""

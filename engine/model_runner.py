@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import torch
@@ -10,7 +11,7 @@ from engine.config import EngineConfig
 from engine.executor import StepResult
 from engine.kv_spec import kv_cache_spec
 from engine.loader import ModelFiles, load_model
-from engine.logprobs import token_logprobs
+from engine.logprobs import TokenLogprob, prompt_token_logprobs, token_logprobs
 from engine.parallel.comm import Communicator
 from engine.parallel.layers import shard_model
 from engine.parallel.layout import ShardLayout
@@ -35,6 +36,7 @@ class ModelRunner:
                  comm: Communicator | None = None) -> None:
         self.device = rank_device(config.device, comm.rank if comm else 0)
         self.dtype = getattr(torch, config.dtype)
+        self.vocab_size = files.args.vocab_size
         self.block_size = config.block_size
         self.model = load_model(files, max_model_len, self.dtype, self.device)
         if comm is not None:
@@ -65,7 +67,7 @@ class ModelRunner:
         logprobs are the model's, before the mask)."""
         sampling = [c for c in plan.chunks if c.samples]
         masks = self.masks.start([c.call.grammar for c in sampling])
-        logits, swap_seconds = self.forward(step)
+        logits, scored, swap_seconds = self.forward(step)
         if logits is None:
             return StepResult([], swap_seconds)
         params = [c.call.params for c in sampling]
@@ -78,21 +80,35 @@ class ModelRunner:
         return StepResult([next(sampled) if c.samples else None for c in plan.chunks],
                           swap_seconds,
                           None if logprobs is None else
-                          [next(logprobs) if c.samples else None for c in plan.chunks])
+                          [next(logprobs) if c.samples else None for c in plan.chunks],
+                          _per_chunk(scored, step.prompt_counts) if scored else None)
 
     @torch.inference_mode()
-    def forward(self, step: StepInputs) -> tuple[torch.Tensor | None, float]:
+    def forward(self, step: StepInputs
+                ) -> tuple[torch.Tensor | None, list[TokenLogprob], float]:
         """Make the step's swap copies (out, then in), then run its tokens: the logits of its
-        sample rows (None without tokens) and the seconds the copies took."""
+        sample rows (None without tokens), the logprobs its prompt rows score (in row
+        order; made a slice at a time, `prompt_token_logprobs`) and the seconds the copies
+        took."""
         started = time.perf_counter()
         self.swapper.swap_out(step.swap_out)
         self.swapper.swap_in(step.swap_in)
         swap_seconds = time.perf_counter() - started if step.swap_out or step.swap_in else 0.0
         if not step.has_tokens:
-            return None, swap_seconds
+            return None, [], swap_seconds
         input_ids, positions, meta, sample_rows = step.tensors(self.device, self.staging)
         hidden = self.model(input_ids, positions, self.kv_layers, meta)
-        return self.model.logits(hidden[sample_rows]), swap_seconds
+        logits = self.model.logits(hidden[sample_rows])
+        scored = [] if not step.prompt_rows else prompt_token_logprobs(
+            self.model.logits, hidden[torch.tensor(step.prompt_rows, device=hidden.device)],
+            step.prompt_targets, step.prompt_top, self.vocab_size)
+        return logits, scored, swap_seconds
+
+
+def _per_chunk(scored: list[TokenLogprob], counts: list[int]) -> list[list[TokenLogprob]]:
+    """`scored` cut into consecutive runs of `counts[i]` items."""
+    items = iter(scored)
+    return [list(itertools.islice(items, n)) for n in counts]
 
 
 def rank_device(device: str, rank: int) -> torch.device:

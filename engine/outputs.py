@@ -23,7 +23,10 @@ class CompletionOutput:
     """A finished call: generated ids, their text (stop string cut off), why it ended, and
     its usage (prompt tokens are `len(prompt_token_ids)`) and its times on the engine's clock:
     arrival, first token (None if it produced none) and finish. `logprobs`: one per generated
-    token when the call asked for them (`SamplingParams.logprobs`), else None."""
+    token when the call asked for them (`SamplingParams.logprobs`), else None.
+    `prompt_logprobs`: one per prompt token when the call asked for them
+    (`SamplingParams.prompt_logprobs`), else None; None for the first token (nothing predicts
+    it); fewer only if the call ended (aborted, failed) before its whole prompt was computed."""
 
     call_id: str
     prompt_token_ids: list[int]
@@ -38,3 +41,4 @@ class CompletionOutput:
     first_token_time: float | None
     finish_time: float
     logprobs: list[TokenLogprob] | None = None
+    prompt_logprobs: list[TokenLogprob | None] | None = None

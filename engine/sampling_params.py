@@ -24,7 +24,9 @@ class SamplingParams:
     disable those filters.
     A `seed` makes the call's sampling reproducible, independent of its batch neighbours.
     `logprobs` (0 to 20; None: off) returns each sampled token's log-probability and that
-    many most likely alternatives (`engine.logprobs`).
+    many most likely alternatives (`engine.logprobs`); `prompt_logprobs` (0 to 20; None: off)
+    does the same for each prompt token after the first (a call asking for them computes its
+    whole prompt: it takes no prefix-cache hits).
     `structured` constrains the output to a grammar (`engine.structured`): every token is
     sampled among those the grammar allows, and the call stops once the grammar is complete.
     A call stops at `max_tokens`, at any of `stop_token_ids`, at the model's EOS unless
@@ -42,6 +44,7 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
     ignore_eos: bool = False
     logprobs: int | None = None  # each token's logprob and this many top alternatives
+    prompt_logprobs: int | None = None  # the same for each prompt token (OpenAI's `echo`)
     structured: StructuredOutput | None = None  # the output's grammar (constrained decoding)
 
     def __post_init__(self) -> None:
@@ -69,10 +72,8 @@ class SamplingParams:
         if (longest := max((len(s) for s in self.stop), default=0)) > MAX_STOP_STRING_CHARS:
             raise ValueError(f"stop: each stop string may have at most {MAX_STOP_STRING_CHARS} "
                              f"characters, got one of {longest}")
-        if self.logprobs is not None and (isinstance(self.logprobs, bool) or not isinstance(
-                self.logprobs, int) or not 0 <= self.logprobs <= MAX_LOGPROBS):
-            raise ValueError(f"logprobs: must be an integer in [0, {MAX_LOGPROBS}] (None: "
-                             f"off), got {self.logprobs!r}")
+        _check_logprobs_count("logprobs", self.logprobs)
+        _check_logprobs_count("prompt_logprobs", self.prompt_logprobs)
         if self.structured is not None and not isinstance(self.structured, StructuredOutput):
             raise ValueError(f"structured: must be a StructuredOutput, got "
                              f"{type(self.structured).__name__}")
@@ -83,3 +84,11 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature < GREEDY_BELOW
+
+
+def _check_logprobs_count(name: str, count: int | None) -> None:
+    """ValueError naming `name` unless `count` is None or an integer in [0, MAX_LOGPROBS]."""
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int)
+                              or not 0 <= count <= MAX_LOGPROBS):
+        raise ValueError(f"{name}: must be an integer in [0, {MAX_LOGPROBS}] (None: off), "
+                         f"got {count!r}")

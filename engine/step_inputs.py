@@ -13,14 +13,18 @@ import torch
 
 from engine.models.attention import AttentionMetadata
 from engine.staging import HostStaging
-from scheduler.plan import SchedulePlan
+from scheduler.plan import ScheduledChunk, SchedulePlan
 
 
 @dataclass(frozen=True)
 class StepInputs:
     """`swap_out` / `swap_in`: the plan's block copies; token, position and slot per token;
     the decode and prefill block tables, lengths and query starts; `sample_rows`: the token
-    rows whose logits are sampled, in chunk order."""
+    rows whose logits are sampled, in chunk order. `prompt_rows`: the token rows whose logits
+    score a prompt token (calls asking for prompt logprobs only: `Call.prompt_logprob_positions`),
+    in chunk order; `prompt_targets` and `prompt_top`: the token each scores and how many top
+    alternatives its call wants; `prompt_counts`: how many of them each chunk has (all four
+    empty when no chunk's call asks)."""
 
     swap_out: list[tuple[int, int]]
     swap_in: list[tuple[int, int]]
@@ -34,6 +38,10 @@ class StepInputs:
     prefill_starts: list[int]
     prefill_lens: list[int]
     sample_rows: list[int]
+    prompt_rows: list[int]
+    prompt_targets: list[int]
+    prompt_top: list[int]
+    prompt_counts: list[int]
 
     @classmethod
     def of(cls, plan: SchedulePlan, block_size: int) -> "StepInputs":
@@ -58,7 +66,8 @@ class StepInputs:
         return cls(list(plan.swap_out), list(plan.swap_in), ids, pos, slots, len(decode),
                    [c.block_table for c in decode], [c.start + 1 for c in decode],
                    [c.block_table for c in prefill], starts,
-                   [c.start + c.num_tokens for c in prefill], sample_rows)
+                   [c.start + c.num_tokens for c in prefill], sample_rows,
+                   *_prompt_scoring(plan.chunks))
 
     @property
     def has_tokens(self) -> bool:
@@ -91,6 +100,29 @@ class StepInputs:
             prefill_context_lens=pl,
         )
         return ids, pos, meta, rows
+
+
+def _prompt_scoring(chunks: list[ScheduledChunk]
+                    ) -> tuple[list[int], list[int], list[int], list[int]]:
+    """The `prompt_rows`, `prompt_targets`, `prompt_top` and `prompt_counts` of a step's
+    `chunks` (their calls are engine Calls); all empty when no chunk's call asks."""
+    if all(c.call.params.prompt_logprobs is None for c in chunks):
+        return [], [], [], []
+    rows: list[int] = []
+    targets: list[int] = []
+    top: list[int] = []
+    counts: list[int] = []
+    first_row = 0  # the row of the chunk's first token
+    for c in chunks:
+        positions = c.call.prompt_logprob_positions(c.start, c.start + c.num_tokens)
+        if positions:
+            offset = first_row - c.start  # position p is row p + offset
+            rows.extend(range(positions.start + offset, positions.stop + offset))
+            targets.extend(c.call.all_token_ids[positions.start + 1:positions.stop + 1])
+            top.extend([c.call.params.prompt_logprobs] * len(positions))
+        counts.append(len(positions))
+        first_row += c.num_tokens
+    return rows, targets, top, counts
 
 
 def _padded(tables: list[list[int]], width: int) -> list[int]:

@@ -37,6 +37,12 @@ class SchedulableCall(Protocol):
     def num_prompt_tokens(self) -> int: ...
 
     @property
+    def takes_prefix_hits(self) -> bool:
+        """Whether its admission may adopt prefix-cache hits (else it computes all its
+        tokens; its blocks still go to the cache)."""
+        ...
+
+    @property
     def num_remaining_tokens(self) -> int:
         """Tokens the call may still generate before a length limit stops it."""
         ...

@@ -413,7 +413,7 @@ class Scheduler:
             return False
         swapped = call.status is CallStatus.SWAPPED
         fetch = 0
-        if not swapped and call.num_computed_tokens == 0:
+        if not swapped and call.num_computed_tokens == 0 and call.takes_prefix_hits:
             call.num_cached_tokens = self.kv.match_prefix(call.call_id, call.all_token_ids)
             call.num_computed_tokens = call.num_cached_tokens
             fetch = self._blocks_worth_fetching(call)

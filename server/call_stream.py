@@ -24,11 +24,13 @@ MAX_UNREAD_ITEMS = 1024
 @dataclass(frozen=True)
 class StreamDelta:
     """New tokens of a call and the text they settled (may be empty), with the tokens'
-    logprobs when the call asked for them."""
+    logprobs when the call asked for them; a call's first delta carries its prompt logprobs
+    when it asked for them (`SamplingParams.prompt_logprobs`: None for the first token)."""
 
     token_ids: list[int]
     text: str
     logprobs: list[TokenLogprob] | None = None
+    prompt_logprobs: list[TokenLogprob | None] | None = None
 
 
 @dataclass(frozen=True)

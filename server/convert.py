@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from google.protobuf.message import Message
 
@@ -58,6 +58,7 @@ def sampling_params(msg: pb.SamplingParams) -> SamplingParams:
         stop_token_ids=tuple(msg.stop_token_ids),
         ignore_eos=msg.ignore_eos,
         logprobs=msg.logprobs if msg.HasField("logprobs") else None,
+        prompt_logprobs=msg.prompt_logprobs if msg.HasField("prompt_logprobs") else None,
     )
 
 
@@ -73,6 +74,8 @@ def sampling_message(params: SamplingParams) -> pb.SamplingParams:
         message.seed = params.seed
     if params.logprobs is not None:
         message.logprobs = params.logprobs
+    if params.prompt_logprobs is not None:
+        message.prompt_logprobs = params.prompt_logprobs
     return message
 
 
@@ -142,18 +145,24 @@ def _tool(tool: pb.Tool, i: int) -> dict[str, Any]:
 
 
 def delta(call_id: str, token_ids: list[int], text: str,
-          logprobs: list[TokenLogprob] | None = None) -> pb.GenerateResponse:
+          logprobs: list[TokenLogprob] | None = None,
+          prompt_logprobs: list[TokenLogprob | None] | None = None) -> pb.GenerateResponse:
+    """A Delta message; `prompt_logprobs` (the engine's: None first) without their None."""
     return pb.GenerateResponse(call_id=call_id, delta=pb.Delta(
-        token_ids=token_ids, text=text, logprobs=[
-            pb.TokenLogprob(token_id=lp.token_id, logprob=lp.logprob,
+        token_ids=token_ids, text=text, logprobs=_logprob_messages(logprobs or ()),
+        prompt_logprobs=_logprob_messages(lp for lp in prompt_logprobs or () if lp)))
+
+
+def _logprob_messages(entries: Iterable[TokenLogprob]) -> list[pb.TokenLogprob]:
+    return [pb.TokenLogprob(token_id=lp.token_id, logprob=lp.logprob,
                             top=[pb.TopLogprob(token_id=t, logprob=v) for t, v in lp.top])
-            for lp in logprobs or ()]))
+            for lp in entries]
 
 
-def logprobs_of(delta_message: pb.Delta) -> list[TokenLogprob]:
-    """A delta's logprobs as the engine's (one per token id; empty when not asked)."""
+def logprobs_of(messages: Iterable[pb.TokenLogprob]) -> list[TokenLogprob]:
+    """A Delta's `logprobs` or `prompt_logprobs` as the engine's."""
     return [TokenLogprob(lp.token_id, lp.logprob, tuple((t.token_id, t.logprob) for t in lp.top))
-            for lp in delta_message.logprobs]
+            for lp in messages]
 
 
 def final(completion: CompletionOutput, call_id: str,

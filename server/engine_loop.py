@@ -21,6 +21,7 @@ from typing import Callable, TypeVar
 from engine import CompletionOutput, LLMEngine, StepOutput
 from engine.call import FinishReason
 from engine.errors import StepFailedError
+from engine.logprobs import TokenLogprob
 from server.call_stream import CallStream, StreamDelta, StreamFinal
 from server.detok import IncrementalText
 from server.errors import DrainingError, QueueFullError
@@ -33,11 +34,13 @@ COMMAND_BUDGET_SECONDS = 0.02  # commands run between two steps while calls are 
 
 @dataclass
 class _Tracked:
-    """Engine-thread state of one streamed call (`shutdown`: cut by the drain)."""
+    """Engine-thread state of one streamed call (`shutdown`: cut by the drain; `started`: a
+    delta went out)."""
 
     stream: CallStream
     text: IncrementalText
     shutdown: bool = False
+    started: bool = False
 
 
 class EngineLoop:
@@ -266,18 +269,35 @@ class EngineLoop:
                 continue
             if not out.finished:
                 text = tracked.text.push(out.new_token_ids)
-                tracked.stream.put(StreamDelta(list(out.new_token_ids), text, out.logprobs))
+                tracked.stream.put(self._delta(tracked, out, text))
                 continue
+            prompt_logprobs = self._first_prompt_logprobs(tracked, out.call_id)
             del self._streams[out.call_id]
             completion = self._pop(out.call_id)
             if tracked.shutdown and completion.finish_reason == FinishReason.ABORT:
                 completion = replace(completion, finish_reason=SHUTDOWN)
             rest = tracked.text.finish(completion.text)
             if out.new_token_ids or rest:
-                tracked.stream.put(StreamDelta(list(out.new_token_ids), rest, out.logprobs))
+                tracked.stream.put(StreamDelta(list(out.new_token_ids), rest, out.logprobs,
+                                               prompt_logprobs))
             tracked.stream.put(StreamFinal(completion))
         if self._streams and not self.engine.has_unfinished_calls():
             self._reap_orphans()
+
+    def _delta(self, tracked: _Tracked, out: StepOutput, text: str) -> StreamDelta:
+        return StreamDelta(list(out.new_token_ids), text, out.logprobs,
+                           self._first_prompt_logprobs(tracked, out.call_id))
+
+    def _first_prompt_logprobs(self, tracked: _Tracked, call_id: str
+                               ) -> list[TokenLogprob | None] | None:
+        """The call's prompt logprobs for its first delta (None later, or not asked)."""
+        if tracked.started:
+            return None
+        tracked.started = True
+        call = self.engine.calls[call_id]
+        if call.params.prompt_logprobs is None:
+            return None
+        return list(call.prompt_logprobs)
 
     def _pop(self, call_id: str) -> CompletionOutput:
         completion = self.engine.pop_completion(call_id)

@@ -56,7 +56,9 @@ from server.door_backend import CallItems, DoorBackend, Headers
 from server.errors import DrainingError
 from server.http_errors import HttpError, http_error_of, sse_error_event
 from server.namespace import Namespace, new_id
-from server.openai_logprobs import chat_logprobs, completion_logprobs, token_ids_of
+from server.openai_echo import Echo
+from server.openai_logprobs import (chat_logprobs, completion_logprobs, joined,
+                                    prompt_logprobs, token_ids_of)
 from server.openai_protocol import (ChatCompletionRequest, CompletionRequest, chat_choice,
                                     chunk_delta, envelope, first_call_only, for_choice,
                                     fragment_chunk, now_seconds, text_choice,
@@ -83,7 +85,8 @@ class StartedCalls:
     """A request's submitted calls: one stream per choice; `own_program` when the request
     started a program of its own (`program_id`, ended with the request); `named` the
     program the client named (None: none); `parser` makes the tool parser of the outputs
-    (None: plain text); `headers` are the request's (a router forwards them)."""
+    (None: plain text); `headers` are the request's (a router forwards them); `prompt_ids`
+    each call's prompt."""
 
     ns: Namespace
     headers: tuple[tuple[str, str], ...]
@@ -92,6 +95,7 @@ class StartedCalls:
     program_id: str | None
     named: str | None
     parser: ParserFactory | None
+    prompt_ids: list[list[int]]
 
 
 class OpenAIDoor:
@@ -246,29 +250,66 @@ class OpenAIDoor:
     async def _generate(self, request: Request, body, kind: str,
                         prompts_of: Callable[[], list[Prompt]]) -> Response:
         started = await self.start_calls(request, body, prompts_of)
+        try:
+            echo = await self._echo(body)
+        except BaseException:
+            await self.end_calls(started)
+            raise
         ns, parser = started.ns, started.parser
         response_id = (f"{'chatcmpl' if kind == 'chat.completion' else 'cmpl'}-"
                        f"{ns.outer(started.streams[0].call_id)}")
         if body.stream:
             chunk_kind = "chat.completion.chunk" if kind == "chat.completion" else kind
-            return StreamingResponse(self._sse(started, chunk_kind, response_id, body),
+            return StreamingResponse(self._sse(started, chunk_kind, response_id, body, echo),
                                      media_type="text/event-stream")
         completions = await self.finish_calls(request, started)
         if completions is None:  # the client went away: its calls are aborted
             return Response(status_code=CLIENT_CLOSED_REQUEST)
-        logprobs = [await self._logprobs(kind, c.logprobs) for c in completions]
         if kind == "chat.completion":
             choices = [chat_choice(i, c, body.return_token_ids,
                                    _parsed(parser, c.text, body.parallel_tool_calls),
-                                   logprobs[i])
+                                   await self._logprobs(kind, c.logprobs))
+                       for i, c in enumerate(completions)]
+        elif echo is not None:
+            completions = [echo.completion(c) for c in completions]
+            choices = [text_choice(i, c, body.return_token_ids,
+                                   await self._echo_logprobs(c), echo.texts[i])
                        for i, c in enumerate(completions)]
         else:
-            choices = [text_choice(i, c, body.return_token_ids, logprobs[i])
+            choices = [text_choice(i, c, body.return_token_ids,
+                                   await self._logprobs(kind, c.logprobs))
                        for i, c in enumerate(completions)]
         return JSONResponse(envelope(
             kind, response_id, self.model_name, now_seconds(), choices,
             usage=usage(completions),
             program_id=ns.outer(started.program_id) if started.named else ""))
+
+    async def _echo(self, body) -> Echo | None:
+        """A completions request's echo (None: not asked): each choice's prompt text."""
+        if not isinstance(body, CompletionRequest) or not body.echo:
+            return None
+        texts = []
+        for prompt in body.prompt_values():
+            text = prompt if isinstance(prompt, str) else await self.prompts.text(prompt)
+            texts += [text] * body.n
+        return Echo(texts, body.echo_only())
+
+    async def _prompt_logprobs(self, prompt_ids: list[int],
+                               entries: list[TokenLogprob | None]) -> dict[str, Any]:
+        texts = await self.prompts.token_texts(
+            set(prompt_ids) | token_ids_of(e for e in entries if e is not None))
+        return prompt_logprobs(prompt_ids, entries, texts)
+
+    async def _echo_logprobs(self, completion: CompletionOutput) -> dict[str, Any] | None:
+        """An echoed choice's logprobs arrays: its prompt's, then its output's (None: not
+        asked)."""
+        if completion.prompt_logprobs is None:
+            return None
+        prompt = await self._prompt_logprobs(completion.prompt_token_ids,
+                                             completion.prompt_logprobs)
+        offset = sum(len(token) for token in prompt["tokens"])
+        return joined(prompt, await self._logprobs("text_completion", completion.logprobs,
+                                                   offset))
 
     async def _logprobs(self, kind: str, entries: list[TokenLogprob] | None,
                         offset: int = 0) -> dict[str, Any] | None:
@@ -329,7 +370,8 @@ class OpenAIDoor:
                 stream.cancel()
             await self._end_own(ns, headers, own_program, program_id)
             raise
-        return StartedCalls(ns, headers, streams, own_program, program_id, named, parser)
+        return StartedCalls(ns, headers, streams, own_program, program_id, named, parser,
+                            [token_ids for token_ids, _ in calls])
 
     async def finish_calls(self, request: Request, started: StartedCalls
                            ) -> list[CompletionOutput] | None:
@@ -349,6 +391,19 @@ class OpenAIDoor:
             raise HttpError(503, "the server is shutting down: this call was cut; retry it")
         return completions
 
+    async def _echo_chunk(self, echo: Echo, index: int, prompt_ids: list[int],
+                          entries: list[TokenLogprob | None] | None, ids: bool
+                          ) -> tuple[dict[str, Any], int]:
+        """Choice `index`'s echo chunk (its prompt's text, and logprobs when `entries`), and
+        the characters its output's `text_offset` counts from."""
+        if entries is None:
+            return chunk_delta("text_completion", index, echo.texts[index],
+                               [] if ids else None, None), 0
+        logprobs = await self._prompt_logprobs(prompt_ids, entries)
+        return (chunk_delta("text_completion", index, echo.texts[index], [] if ids else None,
+                            None, logprobs=logprobs),
+                sum(len(token) for token in logprobs["tokens"]))
+
     async def end_calls(self, started: StartedCalls) -> None:
         """Abort what is left of the calls, end the request's own program."""
         for stream in started.streams:
@@ -364,12 +419,13 @@ class OpenAIDoor:
             except (UnknownProgramError, DrainingError):
                 pass
 
-    async def _sse(self, started: StartedCalls, kind: str, response_id: str, body
-                   ) -> AsyncIterator[str]:
+    async def _sse(self, started: StartedCalls, kind: str, response_id: str, body,
+                   echo: Echo | None) -> AsyncIterator[str]:
         """The SSE body: a role chunk per choice (chat), the choices' deltas interleaved as
         they come (with the calls' tool parser, as its fragments: content, then each tool
         call's opening and arguments), a finish chunk per choice, the usage chunk if asked
-        for, `[DONE]`; a call's stream that ends in an error sends an error event (OpenAI's
+        for, `[DONE]`; with `echo`, a choice's first chunk is its prompt (and the prompt's
+        logprobs). A call's stream that ends in an error sends an error event (OpenAI's
         error body) and `[DONE]` instead. A client that goes away aborts the calls (the
         generator is closed)."""
         streams, parser = started.streams, started.parser
@@ -389,9 +445,18 @@ class OpenAIDoor:
             calls = [_StreamedCalls(parser, body.parallel_tool_calls) if parser
                      else None for _ in streams]
             offsets = [0] * len(streams)  # characters streamed per choice (text_offset)
+            echoed: set[int] = set()  # choices whose echo chunk went out
             async with contextlib.aclosing(_merge(streams)) as merged:
                 async for index, item in merged:
                     parsed = calls[index]
+                    if isinstance(item, StreamDelta) and echo is not None \
+                            and index not in echoed:
+                        echoed.add(index)
+                        chunk, offsets[index] = await self._echo_chunk(
+                            echo, index, started.prompt_ids[index], item.prompt_logprobs, ids)
+                        yield event([chunk])
+                    if isinstance(item, StreamDelta) and echo is not None and echo.only:
+                        continue
                     if isinstance(item, StreamDelta):
                         token_ids = item.token_ids if ids else None
                         logprobs = await self._logprobs(kind, item.logprobs, offsets[index])
@@ -408,8 +473,9 @@ class OpenAIDoor:
                                 token_ids = [] if ids else None  # sent with the first
                                 logprobs = None
                         continue
-                    completions[index] = item.completion
-                    reason = item.completion.finish_reason
+                    completion = echo.completion(item.completion) if echo else item.completion
+                    completions[index] = completion
+                    reason = completion.finish_reason
                     if parsed is not None:
                         for fragment in parsed.finish():
                             yield event([fragment_chunk(index, fragment, [] if ids else None)])

@@ -39,3 +39,26 @@ def completion_logprobs(entries: list[TokenLogprob], texts: Mapping[int, str],
             "token_logprobs": [e.logprob for e in entries],
             "top_logprobs": [{texts[t]: v for t, v in e.top} for e in entries],
             "text_offset": offsets}
+
+
+def prompt_logprobs(prompt_ids: list[int], entries: list[TokenLogprob | None],
+                    texts: Mapping[int, str]) -> dict[str, Any]:
+    """An echoed prompt's legacy arrays (`text_offset` from 0): every prompt token, its
+    logprob and top alternatives from `entries` (None for the first: nothing predicts it;
+    None too for a position the call never computed, cut short)."""
+    entries = list(entries) + [None] * (len(prompt_ids) - len(entries))
+    offsets, offset = [], 0
+    for token_id in prompt_ids:
+        offsets.append(offset)
+        offset += len(texts[token_id])
+    return {"tokens": [texts[t] for t in prompt_ids],
+            "token_logprobs": [e.logprob if e else None for e in entries],
+            "top_logprobs": [{texts[t]: v for t, v in e.top} if e else None for e in entries],
+            "text_offset": offsets}
+
+
+def joined(first: dict[str, Any], then: dict[str, Any] | None) -> dict[str, Any]:
+    """Two legacy logprobs arrays one after the other (`then`'s offsets already follow)."""
+    if then is None:
+        return first
+    return {key: first[key] + then[key] for key in first}

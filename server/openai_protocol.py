@@ -5,10 +5,12 @@ servers (`top_k`, `ignore_eos`, `return_token_ids`) and Agentix's own (`program_
 `program_class`, `thread_id`, `expected_tool_seconds`, `ttft_slo_seconds`); other unknown
 fields are ignored, as OpenAI clients send many. `logprobs` (chat: a bool with
 `top_logprobs` 0-20; completions: 0-5 alternatives) returns each generated token's logprob
-(`server.openai_logprobs`). `response_format` (json_object, json_schema) and a forced
-`tool_choice` ("required", a named function) are enforced by constrained decoding
-(`server.openai_structured`). Fields it cannot honour (`echo`, `best_of`, `suffix`) are
-refused with a 400 naming them, never dropped in silence. Sampling defaults follow OpenAI:
+(`server.openai_logprobs`); completions' `echo` returns the prompt before the output, with
+its tokens' logprobs too when asked (`server.openai_echo`; `max_tokens` 0 then scores the
+prompt alone). `response_format` (json_object, json_schema) and a forced `tool_choice`
+("required", a named function) are enforced by constrained decoding
+(`server.openai_structured`). Fields it cannot honour (`best_of`, `suffix`) are refused
+with a 400 naming them, never dropped in silence. Sampling defaults follow OpenAI:
 temperature 1, top_p 1; `max_tokens` defaults to 16 on /v1/completions and to the rest of
 the context on chat.
 """
@@ -149,6 +151,7 @@ class ChatCompletionRequest(_Body):
 
 class CompletionRequest(_Body):
     prompt: str | list[int] | list[str] | list[list[int]]
+    max_tokens: int | None = Field(default=None, ge=0)  # 0: with echo only
     echo: bool = False
     suffix: str | None = None
     logprobs: int | None = Field(default=None, ge=0, le=5)
@@ -157,11 +160,22 @@ class CompletionRequest(_Body):
         return self.logprobs
 
     def unsupported(self) -> str | None:
-        if self.echo:
-            return "echo"
         if self.suffix:
             return "suffix"
         return super().unsupported()
+
+    def echo_only(self) -> bool:
+        """`echo` with `max_tokens` 0: the prompt alone, scored (the engine still makes one
+        token, which is dropped)."""
+        return self.echo and self.max_tokens == 0
+
+    def sampling_params(self, max_tokens: int) -> SamplingParams:
+        """With `echo` and `logprobs`, the prompt's logprobs too; ValueError naming
+        `max_tokens` for 0 without `echo`."""
+        if self.max_tokens == 0 and not self.echo:
+            raise ValueError("max_tokens: 0 only with echo (the prompt alone, scored)")
+        prompt_logprobs = self.logprobs if self.echo else None
+        return replace(super().sampling_params(max_tokens), prompt_logprobs=prompt_logprobs)
 
     def prompt_values(self) -> list[str | list[int]]:
         """The prompts: one string or token-id list, or a batch of either (a list of
@@ -177,7 +191,9 @@ class CompletionRequest(_Body):
         return prompts
 
     def requested_max_tokens(self) -> int | None:
-        return self.max_tokens or COMPLETIONS_DEFAULT_MAX_TOKENS
+        if self.max_tokens is None:
+            return COMPLETIONS_DEFAULT_MAX_TOKENS
+        return max(self.max_tokens, 1)  # 0 (echo only): one token, dropped
 
 
 def for_choice(params: SamplingParams, index: int) -> SamplingParams:
@@ -232,8 +248,9 @@ def first_call_only(parsed: ParsedOutput) -> ParsedOutput:
 
 
 def text_choice(index: int, completion: CompletionOutput, token_ids: bool,
-                logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
-    choice = {"index": index, "text": completion.text,
+                logprobs: dict[str, Any] | None = None, echo: str = "") -> dict[str, Any]:
+    """One choice of a completions response, its text after `echo` (the echoed prompt)."""
+    choice = {"index": index, "text": echo + completion.text,
               "finish_reason": completion.finish_reason, "logprobs": logprobs}
     if token_ids:
         choice["token_ids"] = list(completion.token_ids)

@@ -151,7 +151,8 @@ class AgentixServicer:
         try:
             async for item in stream:
                 if isinstance(item, StreamDelta):
-                    yield convert.delta(call_id, item.token_ids, item.text, item.logprobs)
+                    yield convert.delta(call_id, item.token_ids, item.text, item.logprobs,
+                                        item.prompt_logprobs)
                     continue
                 parser = (ForcedCallParser(function) if forced else
                           make_tool_parser(self.tool_call_parser) if parses else None)

@@ -125,7 +125,8 @@ class RoutedItems:
 
 
 class _Completion:
-    """What a call's messages add up to: deltas as they come, then its CompletionOutput."""
+    """What a call's messages add up to: deltas as they come, then its CompletionOutput
+    (its prompt logprobs from the first delta)."""
 
     def __init__(self, call: CallRequest, clock: Callable[[], float]) -> None:
         self.call = call
@@ -134,17 +135,23 @@ class _Completion:
         self.first_token: float | None = None
         self.token_ids: list[int] = []
         self.logprobs: list[TokenLogprob] = []
+        self.prompt_logprobs: list[TokenLogprob | None] | None = None  # from the first delta
 
     def item(self, response: pb.GenerateResponse) -> StreamItem:
         if response.WhichOneof("kind") == "delta":
             delta = response.delta
-            logprobs = convert.logprobs_of(delta)
+            logprobs = convert.logprobs_of(delta.logprobs)
             if delta.token_ids and self.first_token is None:
                 self.first_token = self.clock()
             self.token_ids.extend(delta.token_ids)
             self.logprobs.extend(logprobs)
+            prompt_logprobs = None
+            if self.call.params.prompt_logprobs is not None and self.prompt_logprobs is None:
+                prompt_logprobs = self.prompt_logprobs = [
+                    None, *convert.logprobs_of(delta.prompt_logprobs)]
             return StreamDelta(list(delta.token_ids), delta.text,
-                               logprobs if self.call.params.logprobs is not None else None)
+                               logprobs if self.call.params.logprobs is not None else None,
+                               prompt_logprobs)
         final = response.final
         return StreamFinal(CompletionOutput(
             call_id=self.call.call_id, prompt_token_ids=self.call.prompt,
@@ -153,7 +160,8 @@ class _Completion:
             queue_seconds=final.usage.queue_seconds,
             service_seconds=final.usage.service_seconds, arrival_time=self.arrival,
             first_token_time=self.first_token, finish_time=self.clock(),
-            logprobs=self.logprobs if self.call.params.logprobs is not None else None))
+            logprobs=self.logprobs if self.call.params.logprobs is not None else None,
+            prompt_logprobs=self.prompt_logprobs))
 
 
 __all__ = ["RouterBackend", "RoutedItems"]

@@ -1,7 +1,8 @@
 """`logprobs` over gRPC: `SamplingParams.logprobs` asks for them, each Delta carries one
 TokenLogprob per token id (its logprob and the top alternatives, most likely first), equal
 to the offline engine's (tests/engine/test_logprobs.py checks those against transformers);
-a bound past 20 is INVALID_ARGUMENT naming logprobs."""
+`prompt_logprobs` come on the first Delta, one per prompt token after the first, equal to
+the offline engine's; a bound past 20 is INVALID_ARGUMENT naming the field."""
 
 from __future__ import annotations
 
@@ -51,10 +52,28 @@ def test_without_logprobs_deltas_carry_none(server_stub):
     assert not any(r.delta.logprobs for r in generate(stub) if r.HasField("delta"))
 
 
-def test_more_than_20_alternatives_is_invalid_argument(server_stub):
+def test_the_first_delta_carries_the_prompt_logprobs(server_stub, tiny_llama_dir):
+    server, stub = server_stub
+    deltas = [r.delta for r in generate(stub, prompt_logprobs=2) if r.HasField("delta")]
+    with LLM(tiny_llama_dir) as llm:
+        (expected,) = llm.generate([PROMPT], SamplingParams(max_tokens=5, ignore_eos=True,
+                                                            prompt_logprobs=2))
+    assert expected.prompt_logprobs[0] is None
+    got = deltas[0].prompt_logprobs
+    assert [lp.token_id for lp in got] == PROMPT[1:]
+    assert [lp.logprob for lp in got] == pytest.approx(
+        [e.logprob for e in expected.prompt_logprobs[1:]], abs=1e-5)
+    assert [[t.token_id for t in lp.top] for lp in got] == [
+        [t for t, _ in e.top] for e in expected.prompt_logprobs[1:]]
+    assert not any(d.prompt_logprobs for d in deltas[1:])
+    wait_idle(server)
+
+
+@pytest.mark.parametrize("field", ["logprobs", "prompt_logprobs"])
+def test_more_than_20_alternatives_is_invalid_argument(server_stub, field):
     server, stub = server_stub
     with pytest.raises(grpc.RpcError) as info:
-        generate(stub, logprobs=21)
+        generate(stub, **{field: 21})
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert info.value.details().startswith("logprobs")
+    assert info.value.details().startswith(field)
     wait_idle(server)
