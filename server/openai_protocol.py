@@ -9,8 +9,9 @@ fields are ignored, as OpenAI clients send many. `logprobs` (chat: a bool with
 its tokens' logprobs too when asked (`server.openai_echo`; `max_tokens` 0 then scores the
 prompt alone). `response_format` (json_object, json_schema) and a forced `tool_choice`
 ("required", a named function) are enforced by constrained decoding
-(`server.openai_structured`). Fields it cannot honour (`best_of`, `suffix`) are refused
-with a 400 naming them, never dropped in silence. Sampling defaults follow OpenAI:
+(`server.openai_structured`). Fields it cannot honour (`best_of`, `suffix`, a penalty,
+`logit_bias`, `min_p`, `min_tokens`) are refused at any value but their neutral one with a
+400 naming them, never dropped in silence. Sampling defaults follow OpenAI:
 temperature 1, top_p 1; `max_tokens` defaults to 16 on /v1/completions and to the rest of
 the context on chat.
 """
@@ -55,13 +56,23 @@ class _Body(BaseModel):
     thread_id: str | None = None
     expected_tool_seconds: float | None = None
     ttft_slo_seconds: float | None = None  # first-token deadline (engine.llm_engine.check_ttft_slo)
-    # Accepted only at its "off" value (see the module docstring).
+    # Accepted only at their "off" values (see the module docstring).
     best_of: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    min_p: float | None = None
+    min_tokens: int | None = None
 
     def unsupported(self) -> str | None:
         """The first field set to a value this engine cannot honour, or None."""
-        if self.best_of not in (None, 1):
-            return "best_of"
+        for name, off in (("best_of", 1), ("presence_penalty", 0), ("frequency_penalty", 0),
+                          ("repetition_penalty", 1), ("min_p", 0), ("min_tokens", 0)):
+            if getattr(self, name) not in (None, off):
+                return name
+        if self.logit_bias:
+            return "logit_bias"
         return None
 
     def logprobs_wanted(self) -> int | None:
