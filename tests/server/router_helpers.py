@@ -18,6 +18,13 @@ TOKEN = "router-secret"
 READY = "agentix serving on "
 
 
+def agentix(*args: str) -> subprocess.Popen:
+    """`agentix ARGS` as a process, its output piped."""
+    return subprocess.Popen([sys.executable, "-m", "server.cli", *args], text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL)
+
+
 def in_process_replicas(model_dir: str, count: int = 2, **kwargs):
     return [start(model_dir, router_token=TOKEN, **kwargs) for _ in range(count)]
 

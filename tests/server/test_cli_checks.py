@@ -1,6 +1,6 @@
 """`agentix serve` fails fast: every bad argument is one line on stderr, status 2, before the
-model loads; `--help` lists defaults and choices; `--set` reaches EngineConfig; a second
-signal ends a draining server at once; `agentix top` shows a server's EngineStats.
+model loads; `--help` lists defaults and choices; `--set` reaches EngineConfig (a second
+signal: tests/server/test_cli_signals.py; `agentix top`: tests/server/test_cli_top.py).
 
 "Before the model loads" is shown twice. The model directories are poisoned (a valid
 config.json, garbage weights): had the CLI loaded the model, it would have failed otherwise.
@@ -13,25 +13,18 @@ half the floor (they take 0.05 s)."""
 from __future__ import annotations
 
 import shutil
-import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 
-import grpc
 import pytest
-from grpc_helpers import gen_request, start
 
 from engine import EngineConfig, LLMEngine
 from engine.config import DTYPES
 from scheduler.policies import POLICIES
-from server import agentix_pb2_grpc
 from server import cli
 from server.cli_checks import engine_config, serve_setup
-from server.client import AgentixClient
-from server.top import COUNTERS, render
 
 # The poisoned weights prove no failure loads the model (a load would fail differently);
 # the time bound only adds that a failure costs about an import, with room for a busy CPU.
@@ -191,121 +184,3 @@ def test_no_grpc_serves_http_only(tiny_llama_dir):
     _, options = serve_setup(args)
     assert (options.port, options.http_port) == (None, 0)
     assert engine_config(args, tiny_llama_dir).model == tiny_llama_dir
-
-
-def test_a_second_signal_ends_a_draining_server_at_once(tiny_llama_dir):
-    process = subprocess.Popen(
-        [sys.executable, "-m", "server.cli", "serve", "--model", tiny_llama_dir, "--port", "0",
-         "--grace", "120", "--max-num-seqs", "1", "--set", "block_size=8",
-         "--num-kv-blocks", "64"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = process.stdout.readline()
-        assert line.startswith("agentix serving on "), process.stderr.read()
-        address = line.split()[-1]
-        ended: list[str] = []
-        first_delta = threading.Event()
-
-        def stream() -> None:
-            with grpc.insecure_channel(address) as channel:
-                responses = agentix_pb2_grpc.AgentixStub(channel).Generate(
-                    gen_request([1, 2, 3], max_tokens=240, ignore_eos=True))
-                try:
-                    for response in responses:
-                        first_delta.set()
-                        if response.HasField("final"):
-                            ended.append("final")
-                except grpc.RpcError:
-                    ended.append("error")
-
-        threads = [threading.Thread(target=stream) for _ in range(16)]  # queued one by one
-        for thread in threads:
-            thread.start()
-        assert first_delta.wait(30)
-        process.send_signal(signal.SIGTERM)
-        assert "agentix: draining (grace 120 s); signal again to exit now\n" \
-            in iter(process.stderr.readline, "")
-        time.sleep(0.5)
-        assert process.poll() is None, "still draining"
-        process.send_signal(signal.SIGTERM)
-        started = time.perf_counter()
-        assert process.wait(timeout=10) == 1
-        assert time.perf_counter() - started < 3
-        rest = process.stderr.read()
-        assert "agentix: second signal: exiting now" in rest and "stopped" not in rest
-        for thread in threads:
-            thread.join(30)
-        assert "error" in ended, "calls were still in flight when the process ended"
-        host, port = address.rsplit(":", 1)
-        with socket.socket() as sock:  # nothing of the server is left listening
-            sock.bind((host, int(port)))
-    finally:
-        process.kill()
-        process.wait()
-
-
-def test_top_once_prints_the_servers_stats(tiny_llama_dir, capsys, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "200")
-    server = start(tiny_llama_dir)
-    try:
-        with AgentixClient(server.address) as client:
-            prog = client.start_program(tenant="team-top")
-            prog.generate([1, 2, 3], max_tokens=5, ignore_eos=True)
-            cli.main(["top", server.address, "--once", "--top", "5"])
-            stats = client.engine_stats(top_programs=5)
-            prog.end()
-    finally:
-        server.stop(grace=0)
-    lines = capsys.readouterr().out.splitlines()
-
-    def row(label: str) -> list[str]:
-        found = [line.split() for line in lines if line.strip().startswith(label)]
-        assert len(found) == 1, (label, lines)
-        return found[0]
-
-    assert stats["generation_tokens"] >= 5 and stats["programs_active"] >= 1
-    for label, key in COUNTERS:
-        assert row(label)[-2:] == [str(stats[key]), "-"], label
-    assert row("calls") == ["calls", str(stats["calls_running"]), "running",
-                            str(stats["calls_waiting"]), "waiting",
-                            str(stats["calls_swapped"]), "swapped"]
-    assert row("programs active")[-1] == str(stats["programs_active"])
-    assert row("KV blocks") == ["KV", "blocks", str(stats["kv_blocks_free"]), "free",
-                                str(stats["kv_blocks_cached"]), "cached",
-                                str(stats["kv_blocks_used"]), "used", "of",
-                                str(stats["kv_blocks_total"])]
-    assert row("queue depths")[2:] == [f"L{i}:{d}" for i, d in enumerate(stats["queue_depths"])]
-    program = next(p for p in stats["top_programs"] if p["program_id"] == prog.program_id)
-    assert row(prog.program_id) == [
-        prog.program_id, "team-top", program["state"], "-", f"0/{program['num_calls']}",
-        f"{program['wait']:.2f}", f"{program['service']:.2f}", f"{program['swap_time']:.2f}",
-        f"{program['external_time']:.2f}", str(program["generated_tokens"])]
-
-
-def test_top_shows_rates_and_the_queue_levels_of_active_calls():
-    from rich.console import Console
-
-    stats = {key: 0 for _, key in COUNTERS} | dict(
-        calls_running=1, calls_waiting=1, calls_swapped=0, programs_active=1, kv_blocks_free=1,
-        kv_blocks_cached=0, kv_blocks_used=2, kv_blocks_total=3, host_blocks_used=0,
-        host_blocks_total=0, queue_depths=[1, 0, 1], running_tokens=4, waiting_tokens=5,
-        top_programs=[dict(program_id="p1", tenant="t", state="active", num_calls=3,
-                           active_calls=[{"queue": 2}, {"queue": 0}], wait=1.0, service=2.0,
-                           swap_time=0.0, external_time=0.5, generated_tokens=7)])
-    later = stats | {"generation_tokens": 50, "steps": 10}
-    console = Console(width=200, record=True)
-    console.print(render("host:1", later, stats, 2.0))
-    text = console.export_text()
-    assert "generation tokens" in text and "25.0" in text and "5.0" in text
-    assert [line.split()[3:5] for line in text.splitlines() if "p1" in line] == [["0,2", "2/3"]]
-
-
-def test_top_of_an_unreachable_server_is_one_line_status_1():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]  # closed again: nothing listens there
-    done = subprocess.run([sys.executable, "-m", "server.cli", "top", f"127.0.0.1:{port}",
-                           "--once"], capture_output=True, text=True, timeout=30)
-    assert done.returncode == 1 and "Traceback" not in done.stderr
-    assert done.stderr.startswith(f"agentix top: 127.0.0.1:{port}: UNAVAILABLE")
-    assert done.stderr.count("\n") == 1

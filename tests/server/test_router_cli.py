@@ -8,23 +8,16 @@ import os
 import json
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 
 import psutil
 import pytest
-from router_helpers import in_process_replicas, wait_until
+from router_helpers import agentix, in_process_replicas, wait_until
 
 from server.client import AgentixClient
 
 TINY = ("--num-kv-blocks", "64", "--set", "block_size=8")
-
-
-def agentix(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "server.cli", *args], text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL)
 
 
 def read_until(process: subprocess.Popen, prefix: str, timeout: float = 60.0) -> list[str]:
@@ -47,7 +40,8 @@ def gone(pid: int) -> bool:
         return True
 
 
-def serve_replicas(model_dir: str, *flags: str) -> tuple[subprocess.Popen, list[str], list[int]]:
+def serve_replicas(model_dir: str, *flags: str
+                   ) -> tuple[subprocess.Popen, list[str], list[int]]:
     """The process, its addresses (gRPC, then HTTP with --http-port), its children."""
     process = agentix("serve", "--replicas", "2", "--model", model_dir, "--port", "0",
                       "--placement", "round_robin", "--grace", "1", *TINY, *flags)
@@ -132,21 +126,3 @@ def test_router_command_over_running_replicas(tiny_llama_dir):
             os.unlink(token_file)
         for server in replicas:
             server.stop(grace=0)
-
-
-@pytest.mark.parametrize("args, message", [
-    (("router", "--replica", "nohost"), "--replica: expected HOST:PORT"),
-    (("router", "--replica", "127.0.0.1:1", "--cutoff", "-3"), "--cutoff"),
-    (("serve", "--replicas", "2", "--metrics-port", "0"), "--metrics-port: not with --replicas"),
-    (("router", "--replica", "127.0.0.1:1", "--http-port", "0"), "http_port: the router's "
-                                                                  "OpenAI door needs model"),
-    (("serve", "--replicas", "0"), "--replicas"),
-])
-def test_bad_arguments_are_one_line_and_status_2(args, message):
-    process = agentix(*args)
-    try:
-        _, err = process.communicate(timeout=60)
-    finally:
-        process.kill()
-    assert process.returncode == 2
-    assert message in err and len(err.strip().splitlines()) == 1

@@ -1,0 +1,25 @@
+"""`agentix router` and `agentix serve --replicas N` refuse bad arguments in one line,
+status 2, before anything starts."""
+
+from __future__ import annotations
+
+import pytest
+from router_helpers import agentix
+
+
+@pytest.mark.parametrize("args, message", [
+    (("router", "--replica", "nohost"), "--replica: expected HOST:PORT"),
+    (("router", "--replica", "127.0.0.1:1", "--cutoff", "-3"), "--cutoff"),
+    (("serve", "--replicas", "2", "--metrics-port", "0"), "--metrics-port: not with --replicas"),
+    (("router", "--replica", "127.0.0.1:1", "--http-port", "0"), "http_port: the router's "
+                                                                  "OpenAI door needs model"),
+    (("serve", "--replicas", "0"), "--replicas"),
+])
+def test_bad_arguments_are_one_line_and_status_2(args, message):
+    process = agentix(*args)
+    try:
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 2
+    assert message in err and len(err.strip().splitlines()) == 1
