@@ -120,6 +120,10 @@ def _sim(args: argparse.Namespace) -> None:
     generator = importlib.import_module(f"bench.workloads.{args.workload}")
     trace = generator.generate(args.programs, args.seed, args.rate)
     multi = _replica_options(args)
+    if args.kv_events:
+        if not multi:
+            raise SystemExit("agentix bench sim: --kv-events needs --replicas or --placement")
+        multi["kv_events"] = True
     run = simulate_replicas if multi else simulate
     result = run(trace, args.policy, preset=args.preset, model=args.model,
                  engine_overrides=dict(args.set) or None, **multi)
@@ -513,6 +517,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--json", action="store_true", help="print one JSON object (with "
                      "--replicas/--placement also cache_hit_rate and per_replica figures)")
     _add_replica_arguments(sim)
+    sim.add_argument("--kv-events", action="store_true",
+                     help="with --replicas: the replicas report their prefix caches (KV "
+                          "events), which placement uses instead of guessing")
     sim.set_defaults(run=_sim)
 
     sw = sub.add_parser("sweep", help="policies x arrival rates: latency tables, capacities, plot")

@@ -45,6 +45,7 @@ from typing import Any
 
 from engine.llm_engine import LLMEngine
 from engine.stats import EngineStats
+from kvcache.cache_events import CacheView
 from kvcache.prefix_hash import hash_block
 from scheduler.placement import (DEFAULT_CUTOFF, CallOutcome, Placement, PlacementRequest,
                                  ReplicaLoad, make_placement)
@@ -75,14 +76,17 @@ def replica_options(replicas: int = 1, placement: str | None = None,
     return options
 
 
-def replica_load(replica: int, stats: EngineStats, healthy: bool = True) -> ReplicaLoad:
+def replica_load(replica: int, stats: EngineStats, healthy: bool = True,
+                 cached: set[int] | None = None) -> ReplicaLoad:
     """What replica `replica` reports to placement from its EngineStats: running and queued
     tokens and calls (swapped-out calls count as waiting: they are queued), free device KV
-    blocks counting cached (evictable) ones."""
+    blocks counting cached (evictable) ones; `cached`, its prefix cache from its KV events
+    (None: not reported)."""
     load = stats.load
     return ReplicaLoad(replica, healthy, load.running_tokens, load.waiting_tokens,
                        load.calls_running, load.calls_waiting + load.calls_swapped,
-                       stats.kv_blocks_free + stats.kv_blocks_cached, stats.kv_blocks_total)
+                       stats.kv_blocks_free + stats.kv_blocks_cached, stats.kv_blocks_total,
+                       cached)
 
 
 def prompt_block_hashes(token_ids: Sequence[int], block_size: int,
@@ -128,11 +132,20 @@ class _Replica:
     """One engine with its own clock and executor, and what the driver counts for it."""
 
     def __init__(self, index: int, engine: LLMEngine, clock: VirtualClock,
-                 executor: SimulatedExecutor) -> None:
+                 executor: SimulatedExecutor, kv_events: bool = False) -> None:
         self.index, self.engine, self.clock, self.executor = index, engine, clock, executor
+        self.cache = CacheView() if kv_events else None  # its KV events, as a router reads
         self.stalled = False  # its last step ran nothing: it waits for the next event
         self.calls = self.prompt_tokens = self.cached_tokens = 0
         self.load_max = self.load_sum = 0
+
+    def cached(self) -> set[int] | None:
+        """Its prefix cache as its KV events say now (None: not reported); a router reads
+        them with each load poll, the simulator at each decision (no poll lag)."""
+        if self.cache is None:
+            return None
+        self.cache.apply(self.engine.cache_digest(self.cache.epoch, self.cache.next))
+        return self.cache.hashes
 
     def figures(self, decisions: int) -> ReplicaFigures:
         return ReplicaFigures(self.index, self.calls, self.prompt_tokens, self.cached_tokens,
@@ -205,7 +218,8 @@ class MultiDriver(Driver):
     def _place(self, t: float, program: _Program, call: TraceCall) -> None:
         key = f"{program.trace.program_id}/{call.call_id}"
         prompt = self.prompts.prompt(program.index, call, program.trace)
-        loads = [replica_load(r.index, r.engine.stats()) for r in self.replicas]
+        loads = [replica_load(r.index, r.engine.stats(), cached=r.cached())
+                 for r in self.replicas]
         request = PlacementRequest(program.trace.program_id, len(prompt),
                                    self._block_hashes(program.index, prompt),
                                    self.block_size)
@@ -278,7 +292,7 @@ def simulate_replicas(trace: Trace, policy: str, replicas: int = 2,
                       engine_overrides: dict[str, Any] | None = None,
                       cutoff: int | str = DEFAULT_CUTOFF, cost_model: CostModel | None = None,
                       placement_options: dict[str, Any] | None = None,
-                      stop: EarlyStop | None = None) -> SimResult:
+                      stop: EarlyStop | None = None, kv_events: bool = False) -> SimResult:
     """Run `trace` on `replicas` engines under the baseline `policy` (each engine configured
     as `simulate()` configures its one) behind `placement`: a policy name
     (`scheduler.placement.make_placement(name, cutoff=cutoff, **placement_options)`) or a
@@ -293,7 +307,9 @@ def simulate_replicas(trace: Trace, policy: str, replicas: int = 2,
     the prefix caches served over all prompt tokens, from the calls' usage), `prompt_tokens`,
     `cached_tokens` and `per_replica` (`ReplicaFigures.to_dict()` each). Raises like
     `simulate()` (ValueError for bad arguments, RuntimeError when stuck, integrity errors).
-    `stop`: end early, as `simulate()` does (`bench.simulate.EarlyStop`)."""
+    `stop`: end early, as `simulate()` does (`bench.simulate.EarlyStop`). `kv_events`: the
+    replicas report their prefix caches (`kvcache.cache_events`), which placement then uses
+    instead of guessing from what it sent."""
     wall_start = time.perf_counter()
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
         raise ValueError(f"replicas: must be an int >= 1, got {replicas!r}")
@@ -311,7 +327,7 @@ def simulate_replicas(trace: Trace, policy: str, replicas: int = 2,
     for index in range(replicas):
         clock = VirtualClock()
         engine, executor = sim_engine(config, cost, clock, prompts)
-        pool.append(_Replica(index, engine, clock, executor))
+        pool.append(_Replica(index, engine, clock, executor, kv_events))
     driver = MultiDriver(pool, cost, prompts, placement,
                          use_oracle=config["policy"] == "oracle")
     driver.run(trace, stop)

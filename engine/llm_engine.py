@@ -24,6 +24,7 @@ from engine.stats import EngineCounters, EngineStats
 from engine.text_codec import Prompt, TextCodec
 from engine.structured.spec import StructuredOutput
 from engine.structured.state import GrammarState
+from kvcache.cache_events import CacheDigest
 from kvcache.manager import KVCacheManager
 from scheduler.ids import short
 from scheduler.plan import SchedulePlan
@@ -370,6 +371,11 @@ class LLMEngine:
             logprobs=None if call.params.logprobs is None else list(call.logprobs),
             prompt_logprobs=(None if call.params.prompt_logprobs is None
                              else list(call.prompt_logprobs)))
+
+    def cache_digest(self, epoch: int, since: int) -> CacheDigest:
+        """KV events: what the device prefix cache stored and removed after event `since` of
+        `epoch` (`kvcache.cache_events`)."""
+        return self.kv.pool.cache_digest(epoch, since)
 
     def stats(self) -> EngineStats:
         """The engine's live load and counters (see EngineStats)."""

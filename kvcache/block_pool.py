@@ -6,6 +6,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 
 from kvcache.errors import KVCacheIntegrityError
+from kvcache.cache_events import CacheDigest, CacheEvents
 from kvcache.prefix_index import PrefixIndex
 from kvcache.ranked_free_list import RankedFreeList
 
@@ -37,7 +38,12 @@ class BlockPool:
         self._refs = [0] * num_blocks
         self._plain: OrderedDict[int, None] = OrderedDict.fromkeys(range(first, num_blocks))
         self._cached = RankedFreeList()
-        self._index = PrefixIndex("block")
+        self.events = CacheEvents()  # KV events of what the prefix cache holds
+        self._index = PrefixIndex("block", self.events)
+
+    def cache_digest(self, epoch: int, since: int) -> CacheDigest:
+        """The KV events after `since` of `epoch` (`CacheEvents.digest`)."""
+        return self.events.digest(epoch, since, self._index.hashes)
 
     @property
     def num_usable(self) -> int:

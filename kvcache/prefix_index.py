@@ -1,18 +1,22 @@
-"""Block hash <-> block id, with each cached block's token ids (one index per memory tier)."""
+"""Block hash <-> block id, with each cached block's token ids (one index per memory tier),
+and, for the device tier, the KV events of what it indexes and forgets."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kvcache.cache_events import CacheEvents
 from kvcache.errors import KVCacheIntegrityError
 
 
 class PrefixIndex:
     """At most one block per hash and one hash per block; a hit also compares token ids, so a
-    hash collision can never serve another prefix's KV."""
+    hash collision can never serve another prefix's KV. `events` (None: not kept) logs each
+    hash indexed and forgotten."""
 
-    def __init__(self, tier: str) -> None:
+    def __init__(self, tier: str, events: CacheEvents | None = None) -> None:
         self.tier = tier  # "block" or "host block", for messages
+        self.events = events
         self._block_of: dict[int, int] = {}
         self._hash_of: dict[int, int] = {}
         self._tokens_of: dict[int, tuple[int, ...]] = {}
@@ -29,11 +33,16 @@ class PrefixIndex:
     def blocks(self) -> set[int]:
         return set(self._hash_of)
 
+    def hashes(self) -> list[int]:
+        return list(self._block_of)
+
     def add(self, block: int, block_hash: int, token_ids: Sequence[int]) -> None:
         """Index `block` under `block_hash`; the caller checked that neither is indexed."""
         self._block_of[block_hash] = block
         self._hash_of[block] = block_hash
         self._tokens_of[block] = tuple(token_ids)
+        if self.events is not None:
+            self.events.stored(block_hash)
 
     def lookup(self, block_hash: int, token_ids: Sequence[int]) -> int | None:
         """The block with this hash AND these token ids, else None."""
@@ -52,6 +61,8 @@ class PrefixIndex:
         if block_hash is not None:
             del self._block_of[block_hash]
             del self._tokens_of[block]
+            if self.events is not None:
+                self.events.removed(block_hash)
 
     def check_integrity(self) -> None:
         for block_hash, block in self._block_of.items():

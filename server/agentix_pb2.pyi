@@ -6,6 +6,28 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class CacheEventsRequest(_message.Message):
+    __slots__ = ("epoch", "since")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    since: int
+    def __init__(self, epoch: _Optional[int] = ..., since: _Optional[int] = ...) -> None: ...
+
+class CacheEventsResponse(_message.Message):
+    __slots__ = ("epoch", "next", "reset", "stored", "removed")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIELD_NUMBER: _ClassVar[int]
+    RESET_FIELD_NUMBER: _ClassVar[int]
+    STORED_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    next: int
+    reset: bool
+    stored: _containers.RepeatedScalarFieldContainer[int]
+    removed: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, epoch: _Optional[int] = ..., next: _Optional[int] = ..., reset: _Optional[bool] = ..., stored: _Optional[_Iterable[int]] = ..., removed: _Optional[_Iterable[int]] = ...) -> None: ...
+
 class StartProgramRequest(_message.Message):
     __slots__ = ("program_id", "tenant", "program_class")
     PROGRAM_ID_FIELD_NUMBER: _ClassVar[int]

@@ -69,6 +69,11 @@ class AgentixStub:
                 request_serializer=server_dot_agentix__pb2.EngineStatsRequest.SerializeToString,
                 response_deserializer=server_dot_agentix__pb2.EngineStatsResponse.FromString,
                 _registered_method=True)
+        self.CacheEvents = channel.unary_unary(
+                '/agentix.v1.Agentix/CacheEvents',
+                request_serializer=server_dot_agentix__pb2.CacheEventsRequest.SerializeToString,
+                response_deserializer=server_dot_agentix__pb2.CacheEventsResponse.FromString,
+                _registered_method=True)
 
 
 class AgentixServicer:
@@ -122,6 +127,15 @@ class AgentixServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CacheEvents(self, request, context):
+        """KV events: the prefix blocks the engine's device cache stored and removed since the
+        caller's last read (a trusted router only: PERMISSION_DENIED otherwise; a router itself
+        answers UNIMPLEMENTED).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentixServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -159,6 +173,11 @@ def add_AgentixServicer_to_server(servicer, server):
                     servicer.EngineStats,
                     request_deserializer=server_dot_agentix__pb2.EngineStatsRequest.FromString,
                     response_serializer=server_dot_agentix__pb2.EngineStatsResponse.SerializeToString,
+            ),
+            'CacheEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.CacheEvents,
+                    request_deserializer=server_dot_agentix__pb2.CacheEventsRequest.FromString,
+                    response_serializer=server_dot_agentix__pb2.CacheEventsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -350,6 +369,33 @@ class Agentix:
             '/agentix.v1.Agentix/EngineStats',
             server_dot_agentix__pb2.EngineStatsRequest.SerializeToString,
             server_dot_agentix__pb2.EngineStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CacheEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentix.v1.Agentix/CacheEvents',
+            server_dot_agentix__pb2.CacheEventsRequest.SerializeToString,
+            server_dot_agentix__pb2.CacheEventsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -204,6 +204,20 @@ class AgentixServicer:
 
         return await self._run(context, ns, stats)
 
+    async def CacheEvents(self, request: pb.CacheEventsRequest,
+                          context: grpc.aio.ServicerContext) -> pb.CacheEventsResponse:
+        """The cache's KV events, for the trusted router only (block hashes would tell
+        anyone else which prompts are cached)."""
+        ns = await self._namespace(context)
+        if self.router is None or not self.router.trusted(context.invocation_metadata()):
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                                "CacheEvents: only a trusted router may read them")
+        digest = await self._run(context, ns, lambda engine: engine.cache_digest(
+            request.epoch, request.since))
+        return pb.CacheEventsResponse(epoch=digest.epoch, next=digest.next,
+                                      reset=digest.reset, stored=digest.stored,
+                                      removed=digest.removed)
+
 
 async def checked_priority(request: pb.GenerateRequest, context: grpc.aio.ServicerContext,
                            trust: RouterTrust | None) -> float | None:

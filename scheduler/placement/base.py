@@ -8,8 +8,8 @@ package, registered in `scheduler/placement/__init__.py`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import ClassVar, Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar, Collection, Sequence
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,9 @@ class ReplicaLoad:
     calls_waiting: int = 0
     kv_blocks_free: int = 0   # free plus cached (evictable) device blocks
     kv_blocks_total: int = 1
+    # The low 64 bits (`kvcache.cache_events.wire_hash`) of the block hashes its prefix
+    # cache holds, from its KV events (None: not known; placement then guesses).
+    cached: Collection[int] | None = field(default=None, compare=False, repr=False)
 
     @property
     def load_tokens(self) -> int:

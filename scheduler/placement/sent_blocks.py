@@ -1,4 +1,8 @@
-"""What a router knows of each replica's prefix cache: the block hashes it sent there.
+"""What a router knows of each replica's prefix cache: what the replica's KV events say it
+holds (`ReplicaLoad.cached`) when it reports them, else the block hashes it sent there.
+
+With KV events, the expected hit is the run of a call's leading hashes the replica holds
+(a cache hit stops at its first miss). Without them, the record below guesses.
 
 Per replica, the chained full-block hashes of the prompts sent to it (`send`), in recency
 order and capped at the replica's KV block count (`blocks_per_replica`, default the
@@ -16,6 +20,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Sequence
 
+from kvcache.cache_events import wire_hash
 from scheduler.placement.base import ReplicaLoad
 
 
@@ -37,6 +42,9 @@ class SentBlocks:
 
     def expected_hit(self, load: ReplicaLoad, block_hashes: Sequence[int]) -> int:
         """Blocks of the chained prefix `block_hashes` expected cached at `load.replica`."""
+        if load.cached is not None:
+            return next((i for i, h in enumerate(block_hashes)
+                         if wire_hash(h) not in load.cached), len(block_hashes))
         record = self._record(load)
         if not record:
             return 0

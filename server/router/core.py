@@ -28,7 +28,8 @@ from server import agentix_pb2 as pb
 from server.auth import ROUTER_TOKEN_HEADER
 from server.errors import ServerError
 from server.router.programs import RouterPrograms, policy_for
-from server.router.replica import Attempt, Replica
+from server.router.replica import CHECK_TIMEOUT, Attempt, Replica
+from server.router.replica_cache import ReplicaCache
 
 log = logging.getLogger(__name__)
 START_TIMEOUT = 10.0  # seconds for a replica to answer StartProgram / EndProgram
@@ -139,7 +140,12 @@ class Router:
 
     # ----- replicas ---------------------------------------------------------------------
     def _replica(self, index: int, address: str) -> Replica:
-        return Replica(index, address, self._own, self._poll_seconds, self._lost, self._back)
+        """A replica; with a router token, one whose KV events are read (only a trusted
+        router may)."""
+        cache = (ReplicaCache(index, self._own + ((ROUTER_TOKEN_HEADER, self.router_token),),
+                              CHECK_TIMEOUT) if self.router_token is not None else None)
+        return Replica(index, address, self._own, self._poll_seconds, self._lost, self._back,
+                       cache)
 
     def start(self) -> None:
         """Start polling every replica (on the router's loop)."""

@@ -30,6 +30,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from scheduler.placement.base import ReplicaLoad
 from server import agentix_pb2 as pb
 from server import agentix_pb2_grpc
+from server.router.replica_cache import ReplicaCache
 
 log = logging.getLogger(__name__)
 SERVICE = "agentix.v1.Agentix"
@@ -58,7 +59,8 @@ class Attempt:
 class Replica:
     """One replica (see the module docstring). `metadata` is what the router's own requests
     (health aside: EngineStats, ModelInfo) carry: a bearer token when the replicas run with
-    auth. `model_info` is the replica's ModelInfo, once read."""
+    auth. `model_info` is the replica's ModelInfo, once read. `cache` (None: not asked) is
+    its prefix cache as its KV events say, read after each EngineStats."""
 
     index: int
     address: str
@@ -66,6 +68,7 @@ class Replica:
     poll_seconds: float = POLL_SECONDS
     on_lost: Callable[[int], None] | None = None
     on_back: Callable[[int], None] | None = None
+    cache: ReplicaCache | None = None
     healthy: bool = False
     stats: pb.EngineStatsResponse | None = None
     model_info: pb.ModelInfoResponse | None = None
@@ -95,7 +98,8 @@ class Replica:
             calls_running=stats.calls_running,
             calls_waiting=stats.calls_waiting + stats.calls_swapped,
             kv_blocks_free=stats.kv_blocks_free + stats.kv_blocks_cached,
-            kv_blocks_total=max(1, stats.kv_blocks_total))
+            kv_blocks_total=max(1, stats.kv_blocks_total),
+            cached=self.cache.hashes if self.cache is not None else None)
 
     # ----- calls in flight --------------------------------------------------------------
     def forward(self, request: pb.GenerateRequest, metadata: Sequence[tuple[str, str]],
@@ -163,6 +167,8 @@ class Replica:
                 self.stats = await self.stub.EngineStats(
                     pb.EngineStatsRequest(), metadata=tuple(self.metadata),
                     timeout=CHECK_TIMEOUT)
+                if self.cache is not None:
+                    await self.cache.refresh(self.stub)
                 # The stats count what was sent before the poll; what was sent during it
                 # still counts on top of them.
                 self.sent_tokens -= sent_before

@@ -284,6 +284,13 @@ class RouterServicer:
         return total
 
 
+    async def CacheEvents(self, request: pb.CacheEventsRequest,
+                          context: grpc.aio.ServicerContext) -> pb.CacheEventsResponse:
+        await self._namespace(context)
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED,
+                            "CacheEvents: a router has no cache of its own; ask its replicas")
+
+
 def _duplicate(call_id: str) -> Exception:
     from engine.errors import DuplicateCallError
 
