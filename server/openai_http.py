@@ -56,9 +56,8 @@ from server.door_backend import CallItems, DoorBackend, Headers
 from server.errors import DrainingError
 from server.http_errors import HttpError, http_error_of, sse_error_event
 from server.namespace import Namespace, new_id
-from server.openai_echo import Echo
-from server.openai_logprobs import (chat_logprobs, completion_logprobs, joined,
-                                    prompt_logprobs, token_ids_of)
+from server.openai_echo import Echo, echoed_logprobs, prompt_arrays
+from server.openai_logprobs import chat_logprobs, completion_logprobs, token_ids_of
 from server.openai_protocol import (ChatCompletionRequest, CompletionRequest, chat_choice,
                                     chunk_delta, envelope, first_call_only, for_choice,
                                     fragment_chunk, now_seconds, text_choice,
@@ -251,7 +250,7 @@ class OpenAIDoor:
                         prompts_of: Callable[[], list[Prompt]]) -> Response:
         started = await self.start_calls(request, body, prompts_of)
         try:
-            echo = await self._echo(body)
+            echo = await Echo.of(body, self.prompts)
         except BaseException:
             await self.end_calls(started)
             raise
@@ -273,7 +272,7 @@ class OpenAIDoor:
         elif echo is not None:
             completions = [echo.completion(c) for c in completions]
             choices = [text_choice(i, c, body.return_token_ids,
-                                   await self._echo_logprobs(c), echo.texts[i])
+                                   await echoed_logprobs(self.prompts, c), echo.texts[i])
                        for i, c in enumerate(completions)]
         else:
             choices = [text_choice(i, c, body.return_token_ids,
@@ -283,33 +282,6 @@ class OpenAIDoor:
             kind, response_id, self.model_name, now_seconds(), choices,
             usage=usage(completions),
             program_id=ns.outer(started.program_id) if started.named else ""))
-
-    async def _echo(self, body) -> Echo | None:
-        """A completions request's echo (None: not asked): each choice's prompt text."""
-        if not isinstance(body, CompletionRequest) or not body.echo:
-            return None
-        texts = []
-        for prompt in body.prompt_values():
-            text = prompt if isinstance(prompt, str) else await self.prompts.text(prompt)
-            texts += [text] * body.n
-        return Echo(texts, body.echo_only())
-
-    async def _prompt_logprobs(self, prompt_ids: list[int],
-                               entries: list[TokenLogprob | None]) -> dict[str, Any]:
-        texts = await self.prompts.token_texts(
-            set(prompt_ids) | token_ids_of(e for e in entries if e is not None))
-        return prompt_logprobs(prompt_ids, entries, texts)
-
-    async def _echo_logprobs(self, completion: CompletionOutput) -> dict[str, Any] | None:
-        """An echoed choice's logprobs arrays: its prompt's, then its output's (None: not
-        asked)."""
-        if completion.prompt_logprobs is None:
-            return None
-        prompt = await self._prompt_logprobs(completion.prompt_token_ids,
-                                             completion.prompt_logprobs)
-        offset = sum(len(token) for token in prompt["tokens"])
-        return joined(prompt, await self._logprobs("text_completion", completion.logprobs,
-                                                   offset))
 
     async def _logprobs(self, kind: str, entries: list[TokenLogprob] | None,
                         offset: int = 0) -> dict[str, Any] | None:
@@ -399,7 +371,7 @@ class OpenAIDoor:
         if entries is None:
             return chunk_delta("text_completion", index, echo.texts[index],
                                [] if ids else None, None), 0
-        logprobs = await self._prompt_logprobs(prompt_ids, entries)
+        logprobs = await prompt_arrays(self.prompts, prompt_ids, entries)
         return (chunk_delta("text_completion", index, echo.texts[index], [] if ids else None,
                             None, logprobs=logprobs),
                 sum(len(token) for token in logprobs["tokens"]))
