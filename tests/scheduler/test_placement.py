@@ -10,6 +10,7 @@ import random
 
 import pytest
 
+from kvcache.cache_events import wire_hash
 from kvcache.prefix_hash import hash_block
 from scheduler.placement import (PLACEMENTS, AdaptiveCutoff, AgentixPlacement,
                                  LeastLoadedPlacement, PinnedPlacement, Placement,
@@ -160,6 +161,23 @@ def test_prefix_aware_decays_as_the_cache_turns_over():
     q = make_placement("prefix_aware", blocks_per_replica=3)
     q.place(call("a", hashes=old), loads(0, 10, blocks=100))
     assert q.expected_hit(loads(0, blocks=100)[0], old) == 3
+
+
+def test_reported_caches_win_over_what_was_sent():
+    """With KV events (`ReplicaLoad.cached`), the expected hit is the leading run of a
+    call's hashes the replica reports, whatever was sent there; a replica that reports
+    nothing is still guessed from what was sent."""
+    p = PrefixAwarePlacement()
+    a = chain(1, 2, 3, 4)
+    assert p.place(call("x", hashes=a), loads(0, 10)) == 0               # sent to 0
+    reported = [ReplicaLoad(0, cached=set()), ReplicaLoad(1, cached={wire_hash(h) for h in a})]
+    assert [p.expected_hit(load, a) for load in reported] == [0, 4]
+    assert p.place(call("y", hashes=a), reported) == 1                  # 1 holds it
+    holes = ReplicaLoad(1, cached={wire_hash(a[0]), wire_hash(a[2]), wire_hash(a[3])})
+    assert p.expected_hit(holes, a) == 1                                 # a hit stops at a miss
+    mixed = [ReplicaLoad(0, kv_blocks_total=100), ReplicaLoad(1, cached=set())]
+    assert [p.expected_hit(load, a) for load in mixed] == [4, 0]        # 0 guessed: sent there
+    assert p.place(call("z", hashes=a), mixed) == 0
 
 
 def test_prefix_aware_unhealthy_lost_and_load_gap():
