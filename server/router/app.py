@@ -144,8 +144,9 @@ def make_placement(spec: str | Placement, cutoff: int | str) -> Placement:
 
 
 class RunningRouter:
-    """A started router: `address` is where it listens, `router` its state (for tests:
-    run things on its loop with `call(fn)`), `stop()` shuts it down."""
+    """A started router: `address` is where it listens (gRPC), `http_address` its OpenAI
+    door (None: not served), `router` its state (for tests: run things on its loop with
+    `call(fn)`), `stop()` shuts it down."""
 
     def __init__(self, options: RouterOptions) -> None:
         self.options = options
