@@ -3,7 +3,8 @@ behind it: greedy tokens equal transformers', streamed as on one server; program
 in the router's records, the program on the replica it was placed on, ended everywhere;
 a request's n choices as a program of its own; a client that goes away aborts its call on
 the replica; the replicas' refusals relayed with OpenAI's body; a replica lost before a call
-streams is failed over; tool calls parsed by the router's door with the openai SDK."""
+streams is failed over; tool calls parsed by the router's door with the openai SDK; auth as
+on one server (tenant namespaces, the client's token forwarded)."""
 
 from __future__ import annotations
 
