@@ -81,7 +81,7 @@ def _add_replica_arguments(parser: argparse.ArgumentParser) -> None:
                              f"'auto' (adaptive; default {DEFAULT_CUTOFF})")
     parser.add_argument("--placement-option", action="append", default=[],
                         type=_placement_option, metavar="NAME=VALUE",
-                        help="an option of the placement (e.g. load_weight=0.05 for cost; "
+                        help="an option of the placement (e.g. queue_weight=0.02 for cost; "
                              "repeatable; see scheduler/placement/)")
 
 
@@ -99,10 +99,31 @@ def _placement_option(text: str) -> tuple[str, int | float | str]:
 
 
 def _replica_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The multi-engine keywords of `args` (`bench.multi_sim.replica_options`); `--kv-events`
+    and `--replica-speeds` where the command has them (SystemExit naming a bad combination)."""
     from bench.multi_sim import replica_options
 
-    return replica_options(args.replicas, args.placement, args.cutoff,
-                           dict(args.placement_option))
+    try:
+        return replica_options(args.replicas, args.placement, args.cutoff,
+                               dict(args.placement_option), getattr(args, "kv_events", False),
+                               getattr(args, "replica_speeds", None))
+    except ValueError as error:
+        raise SystemExit(f"agentix bench {args.bench_command}: {error}") from None
+
+
+def _add_replica_state_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--kv-events` and `--replica-speeds` (for `sim` and `capacity`)."""
+    parser.add_argument("--kv-events", action="store_true",
+                        help="with --replicas: the replicas report their prefix caches (KV "
+                             "events), which placement uses instead of guessing")
+    parser.add_argument("--replica-speeds", type=_speed_list, default=None,
+                        metavar="S1,S2,...",
+                        help="with --replicas: each replica's relative speed (its steps take "
+                             "1/S as long; e.g. 1,1,1,0.5: the last at half speed)")
+
+
+def _speed_list(text: str) -> tuple[float, ...]:
+    return tuple(positive_float(v) for v in text.split(","))
 
 
 def _replicas_text(multi: dict[str, Any]) -> str:
@@ -110,7 +131,10 @@ def _replicas_text(multi: dict[str, Any]) -> str:
     if not multi:
         return ""
     cutoff = f" (cutoff {multi['cutoff']})" if multi["placement"] == "agentix" else ""
-    return f", on {multi['replicas']} replicas behind {multi['placement']}{cutoff}"
+    events = ", KV events" if multi.get("kv_events") else ""
+    speeds = (f", speeds {','.join(f'{v:g}' for v in multi['replica_speeds'])}"
+              if multi.get("replica_speeds") else "")
+    return f", on {multi['replicas']} replicas behind {multi['placement']}{cutoff}{events}{speeds}"
 
 
 def _sim(args: argparse.Namespace) -> None:
@@ -120,10 +144,6 @@ def _sim(args: argparse.Namespace) -> None:
     generator = importlib.import_module(f"bench.workloads.{args.workload}")
     trace = generator.generate(args.programs, args.seed, args.rate)
     multi = _replica_options(args)
-    if args.kv_events:
-        if not multi:
-            raise SystemExit("agentix bench sim: --kv-events needs --replicas or --placement")
-        multi["kv_events"] = True
     run = simulate_replicas if multi else simulate
     result = run(trace, args.policy, preset=args.preset, model=args.model,
                  engine_overrides=dict(args.set) or None, **multi)
@@ -384,6 +404,9 @@ def _finite_capacity(args: argparse.Namespace, targets: list[LatencyTarget],
     from bench.capacity import find_capacities, write_outputs
     from bench.sweep_report import capacity_table
 
+    if "kv_events" in multi or "replica_speeds" in multi:
+        raise SystemExit("agentix bench capacity: --kv-events and --replica-speeds are for the "
+                         "steady-state method, not --finite-trace")
     print(f"{args.workload} x {args.programs} programs (seed {args.seed}), finite trace, "
           f"{args.model} on {args.preset}{_replicas_text(multi)}; latency targets "
           f"{_targets_text(targets)}", flush=True)
@@ -517,9 +540,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--json", action="store_true", help="print one JSON object (with "
                      "--replicas/--placement also cache_hit_rate and per_replica figures)")
     _add_replica_arguments(sim)
-    sim.add_argument("--kv-events", action="store_true",
-                     help="with --replicas: the replicas report their prefix caches (KV "
-                          "events), which placement uses instead of guessing")
+    _add_replica_state_arguments(sim)
     sim.set_defaults(run=_sim)
 
     sw = sub.add_parser("sweep", help="policies x arrival rates: latency tables, capacities, plot")
@@ -538,6 +559,7 @@ def build_parser() -> argparse.ArgumentParser:
     cap.add_argument("--fixed-target", type=_nonnegative_float, default=FIXED_TARGET,
                      help=f"a second, absolute latency target in s/token (default "
                           f"{FIXED_TARGET:g}; 0: none)")
+    _add_replica_state_arguments(cap)
     _add_steady_arguments(cap)
     cap.set_defaults(run=_capacity)
 

@@ -63,16 +63,23 @@ _RATE_STATS = ("host_link_bandwidth", "prefill_tokens_per_second")
 
 def replica_options(replicas: int = 1, placement: str | None = None,
                     cutoff: int | str = DEFAULT_CUTOFF,
-                    placement_options: dict[str, Any] | None = None) -> dict[str, Any]:
+                    placement_options: dict[str, Any] | None = None, kv_events: bool = False,
+                    replica_speeds: Sequence[float] | None = None) -> dict[str, Any]:
     """The keywords that make `bench.sweep.run_point` (and the CLI) run `replicas` engines
     behind `placement` (default `DEFAULT_PLACEMENT`, with its `placement_options`) with
-    `simulate_replicas`; empty for one engine without a placement named, which stays
-    `simulate()`'s run."""
+    `simulate_replicas` (and its `kv_events` and `replica_speeds` when set); empty for one
+    engine without a placement named, which stays `simulate()`'s run."""
     if replicas == 1 and placement is None:
+        if kv_events or replica_speeds:
+            raise ValueError("kv_events and replica_speeds need replicas > 1 or a placement")
         return {}
     options = dict(replicas=replicas, placement=placement or DEFAULT_PLACEMENT, cutoff=cutoff)
     if placement_options:
         options["placement_options"] = dict(placement_options)
+    if kv_events:
+        options["kv_events"] = True
+    if replica_speeds:
+        options["replica_speeds"] = _speeds(replica_speeds, replicas)
     return options
 
 
@@ -292,7 +299,8 @@ def simulate_replicas(trace: Trace, policy: str, replicas: int = 2,
                       engine_overrides: dict[str, Any] | None = None,
                       cutoff: int | str = DEFAULT_CUTOFF, cost_model: CostModel | None = None,
                       placement_options: dict[str, Any] | None = None,
-                      stop: EarlyStop | None = None, kv_events: bool = False) -> SimResult:
+                      stop: EarlyStop | None = None, kv_events: bool = False,
+                      replica_speeds: Sequence[float] | None = None) -> SimResult:
     """Run `trace` on `replicas` engines under the baseline `policy` (each engine configured
     as `simulate()` configures its one) behind `placement`: a policy name
     (`scheduler.placement.make_placement(name, cutoff=cutoff, **placement_options)`) or a
@@ -309,11 +317,14 @@ def simulate_replicas(trace: Trace, policy: str, replicas: int = 2,
     `simulate()` (ValueError for bad arguments, RuntimeError when stuck, integrity errors).
     `stop`: end early, as `simulate()` does (`bench.simulate.EarlyStop`). `kv_events`: the
     replicas report their prefix caches (`kvcache.cache_events`), which placement then uses
-    instead of guessing from what it sent."""
+    instead of guessing from what it sent. `replica_speeds`: one relative speed per replica
+    (`SimulatedExecutor.speed`: 0.5 is a replica whose steps take twice as long; its engine
+    is not told), default all 1."""
     wall_start = time.perf_counter()
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
         raise ValueError(f"replicas: must be an int >= 1, got {replicas!r}")
     cost = cost_model or CostModel.from_names(preset, model)
+    speeds = _speeds(replica_speeds, replicas)
     config = sim_engine_config(trace, policy, cost, engine_overrides)
     if isinstance(placement, str):
         options = dict(placement_options or {})
@@ -326,7 +337,7 @@ def simulate_replicas(trace: Trace, policy: str, replicas: int = 2,
     pool: list[_Replica] = []
     for index in range(replicas):
         clock = VirtualClock()
-        engine, executor = sim_engine(config, cost, clock, prompts)
+        engine, executor = sim_engine(config, cost, clock, prompts, speeds[index])
         pool.append(_Replica(index, engine, clock, executor, kv_events))
     driver = MultiDriver(pool, cost, prompts, placement,
                          use_oracle=config["policy"] == "oracle")
@@ -335,6 +346,17 @@ def simulate_replicas(trace: Trace, policy: str, replicas: int = 2,
         replica.engine.check_integrity()
     return _result(policy, cost, pool, driver, placement, config["num_kv_blocks"],
                    time.perf_counter() - wall_start)
+
+
+def _speeds(replica_speeds: Sequence[float] | None, replicas: int) -> tuple[float, ...]:
+    """One speed per replica (all 1 when none given); ValueError naming a bad list."""
+    if replica_speeds is None:
+        return (1.0,) * replicas
+    speeds = tuple(replica_speeds)
+    if len(speeds) != replicas or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in speeds):
+        raise ValueError(f"replica_speeds: need {replicas} numbers > 0, got {replica_speeds!r}")
+    return speeds
 
 
 def _result(policy: str, cost: CostModel, pool: Sequence[_Replica], driver: MultiDriver,

@@ -50,11 +50,18 @@ class SimulatedExecutor:
     reported as `swap_seconds`. Counters read by the driver: `num_steps`,
     `num_tokens_computed` (prefill and decode tokens run, so prefill recomputed after an
     eviction shows), `num_swap_transfers`, `busy_seconds`, `swap_seconds_total`.
+
+    `speed` divides every step's compute time (0.5: a GPU at half speed, for imbalance
+    studies; swaps are not scaled).
     """
 
     def __init__(self, cost_model: CostModel, clock: VirtualClock, block_size: int = 16,
-                 next_token: Callable[[Sequence[int]], int] | None = None) -> None:
+                 next_token: Callable[[Sequence[int]], int] | None = None,
+                 speed: float = 1.0) -> None:
+        if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not speed > 0:
+            raise ValueError(f"speed must be a number > 0, got {speed!r}")
         self.cost_model = cost_model
+        self.speed = float(speed)
         self.clock = clock
         self.next_token = next_token
         self.bytes_per_block = cost_model.bytes_per_block(block_size)
@@ -85,7 +92,7 @@ class SimulatedExecutor:
             else:
                 tokens.append(self.next_token(chunk.call.all_token_ids))
         seconds = swap + self.cost_model.step_seconds_from_totals(
-            new, pairs_total, kv_tokens, new_round=not plan.is_continuation)
+            new, pairs_total, kv_tokens, new_round=not plan.is_continuation) / self.speed
         if not plan.is_empty:
             self.num_steps += 1
         self.num_tokens_computed += new

@@ -222,11 +222,11 @@ def sim_engine_config(trace: Trace, policy: str, cost: CostModel,
 
 
 def sim_engine(config: dict[str, Any], cost: CostModel, clock: VirtualClock,
-               prompts: PromptMaker) -> tuple[LLMEngine, SimulatedExecutor]:
-    """A real LLMEngine on `clock` with a SimulatedExecutor of `cost` (sampled tokens continue
-    `prompts`' streams). The model is the preset's shape, without a directory or a tokenizer
-    (the prompts are token ids)."""
-    executor = SimulatedExecutor(cost, clock, config["block_size"], prompts.next_token)
+               prompts: PromptMaker, speed: float = 1.0) -> tuple[LLMEngine, SimulatedExecutor]:
+    """A real LLMEngine on `clock` with a SimulatedExecutor of `cost` at `speed` (sampled
+    tokens continue `prompts`' streams). The model is the preset's shape, without a directory
+    or a tokenizer (the prompts are token ids)."""
+    executor = SimulatedExecutor(cost, clock, config["block_size"], prompts.next_token, speed)
     engine = LLMEngine(EngineConfig.from_flat(model=cost.model.name, **config),
                        executor=executor, clock=clock,
                        model=ModelInfo.from_hf_config(cost.model.hf_config()))

@@ -232,13 +232,17 @@ def find_steady_capacities(workload: str, policies: Sequence[str], targets: Sequ
                            model: str = "llama-3.1-8b", progress: bool = True,
                            replicas: int = 1, placement: str | None = None,
                            cutoff: int | str = DEFAULT_CUTOFF,
-                           placement_options: dict | None = None) -> list[SteadyPoint]:
+                           placement_options: dict | None = None, kv_events: bool = False,
+                           replica_speeds: Sequence[float] | None = None) -> list[SteadyPoint]:
     """For each seed, one trace (`SteadyConfig.total_programs` programs) and
     `bench.capacity.search_policies` over it with `run_steady_point`: every (policy, rate)
-    pair run once per seed. Returns the points seed by seed, in the order run."""
+    pair run once per seed (on the replicas of `bench.multi_sim.replica_options` when
+    `replicas` > 1 or a `placement` is named). Returns the points seed by seed, in the order
+    run."""
     if not seeds:
         raise ValueError("seeds: must not be empty")
-    multi = replica_options(replicas, placement, cutoff, placement_options)
+    multi = replica_options(replicas, placement, cutoff, placement_options, kv_events,
+                            replica_speeds)
     runs: list[SteadyPoint] = []
     with tqdm(desc=f"steady capacity {workload}", unit="run", disable=not progress) as bar:
         for seed in seeds:

@@ -8,7 +8,7 @@ one place they are registered.
 | least_loaded | the replica with the fewest `load_tokens` |
 | pinned | its program's pin (session affinity) |
 | prefix_aware | the replica with the longest expected prefix hit, then the least loaded |
-| cost | the least expected work before its first token: load plus prefill after the hit |
+| cost | the least expected work before its first token: queued prefill plus its own after the hit |
 
 Load is `ReplicaLoad.load_tokens`: what a replica reports in EngineStats as its running
 calls' tokens (their KV) plus its queued calls' tokens still to compute. A pin is set at a
@@ -57,7 +57,7 @@ def make_placement(name: PlacementSpec, cutoff: int | str = DEFAULT_CUTOFF,
     `cutoff` (a non-negative int, or "auto" for the adaptive cutoff of `cutoff.py`) is used
     by `agentix` only, validated for every policy; with "auto", `options` are the
     `AdaptiveCutoff` keywords. Other policies take the options their class lists in
-    `options` (`prefix_aware`: blocks_per_replica, max_load_gap; `cost`: load_weight).
+    `options` (`prefix_aware`: blocks_per_replica, max_load_gap; `cost`: load_weight, queue_weight).
     ValueError names a bad
     name, cutoff or option.
     """

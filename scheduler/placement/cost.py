@@ -2,20 +2,25 @@
 
 For each healthy replica, the work that would pass before the call's first token there:
 
-    cost = load_weight * load_tokens + (prompt_tokens - expected hit tokens)
+    cost = load_weight * load_tokens + queue_weight * waiting_tokens
+           + (prompt_tokens - expected hit tokens)
 
-`load_tokens` is what the replica reports (its running calls' tokens plus the tokens its
-queue still has to compute): the work its batch and queue put ahead of a new call. The
-second term is the call's own prefill after its prefix-cache hit there, from the block hashes
-the router sent to each replica (`SentBlocks`, as `prefix_aware` keeps them). A program's
-history lives where its earlier calls went, so its next call's hit is largest there: the
-locality the pin of `cutoff` (the paper's rule) only guesses, here weighed against load, and
-a call moves away (the program follows it) when the load it would wait behind costs more than
-recomputing its history elsewhere. `load_weight` tilts it: 0 is prefix_aware, large is
-least_loaded; the default, 0.05, is the best measured trade (bench/RESULTS.md, "The cost
-placement": on ShareGPT it costs 3% of prefix_aware's mean for 1.1-1.4x better P99; on
-mixed it loses 1.24x on the mean). Ties: fewer load tokens, then the lowest index.
-O(#block_hashes + #replicas * log #block_hashes) per call, amortized.
+The last term is the call's own prefill after its prefix-cache hit there: from the replica's
+KV events when it reports them (`ReplicaLoad.cached`), else from the block hashes the router
+sent to each replica (`SentBlocks`, as `prefix_aware` keeps them). A program's history lives
+where its earlier calls went, so its next call's hit is largest there. The queue term is the
+prefill queued ahead of it (`waiting_tokens`: queued calls' tokens still to compute, counted
+before their own prefix hits, so an over-estimate); running calls' KV (`load_tokens`) slows a
+replica's steps only a little, so the default prices it at 0. A call moves away from its
+history (the program follows it) only when the queue it would wait behind is worth more than
+recomputing that history elsewhere, at 1 / `queue_weight` (50) queued tokens per token of
+prefill: moving wastes the history's prefill and adds it to another replica's queue, so it
+must pay for itself many times over.
+
+Measured (bench/RESULTS.md, "The queue-priced placement"): the defaults (0, 0.02) tie or beat
+`prefix_aware` on every trace tried and beat it clearly when one replica is slow;
+`load_weight` 0.05 with `queue_weight` 0 is the earlier rule. Ties: fewer load tokens, then
+the lowest index. O(#block_hashes + #replicas * log #block_hashes) per call, amortized.
 """
 
 from __future__ import annotations
@@ -25,21 +30,27 @@ from typing import Sequence
 from scheduler.placement.base import Placement, PlacementRequest, ReplicaLoad, healthy
 from scheduler.placement.sent_blocks import SentBlocks
 
+
+def _weight(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ValueError(f"cost: {name} must be a number >= 0, got {value!r}")
+    return float(value)
+
+
 class CostPlacement(Placement):
     name = "cost"
-    options = ("load_weight",)
+    options = ("load_weight", "queue_weight")
 
-    def __init__(self, load_weight: float = 0.05) -> None:
-        if isinstance(load_weight, bool) or not isinstance(load_weight, (int, float)) \
-                or not load_weight >= 0:
-            raise ValueError(f"cost: load_weight must be a number >= 0, got {load_weight!r}")
-        self.load_weight = float(load_weight)
+    def __init__(self, load_weight: float = 0.0, queue_weight: float = 0.02) -> None:
+        self.load_weight = _weight("load_weight", load_weight)
+        self.queue_weight = _weight("queue_weight", queue_weight)
         self.sent = SentBlocks()
 
     def cost(self, call: PlacementRequest, load: ReplicaLoad) -> float:
         """The call's expected work before its first token at `load.replica`, in tokens."""
         hit = self.sent.expected_hit(load, call.block_hashes) * call.block_size
-        return self.load_weight * load.load_tokens + max(0, call.prompt_tokens - hit)
+        return (self.load_weight * load.load_tokens + self.queue_weight * load.waiting_tokens
+                + max(0, call.prompt_tokens - hit))
 
     def place(self, call: PlacementRequest, loads: Sequence[ReplicaLoad]) -> int:
         best = min(healthy(loads),

@@ -273,6 +273,27 @@ def test_replica_options():
     assert replica_options() == {} and replica_options(1, None, "auto") == {}
     assert replica_options(2) == dict(replicas=2, placement="agentix", cutoff=2048)
     assert replica_options(1, "pinned") == dict(replicas=1, placement="pinned", cutoff=2048)
+    assert replica_options(2, kv_events=True, replica_speeds=[1, 0.5]) == dict(
+        replicas=2, placement="agentix", cutoff=2048, kv_events=True, replica_speeds=(1, 0.5))
+    with pytest.raises(ValueError, match="need replicas > 1 or a placement"):
+        replica_options(1, kv_events=True)
+    for bad in ([1.0], [1.0, 0.0], [1.0, True], [1.0, "x"]):
+        with pytest.raises(ValueError, match="replica_speeds: need 2 numbers > 0"):
+            replica_options(2, replica_speeds=bad)
+
+
+def test_a_replica_at_half_speed_takes_two_seconds_a_step():
+    # The round-robin schedule above with replica 1 at half speed: A on r0 [0,3] as before;
+    # B on r1 from 0.25, 2 s a step: first token at 2.25, done at 6.25; C waits for A on r0
+    # [3,6]; D -> r1 at 0.75, added after r1's step in flight (to 2.25): [6.25,12.25].
+    trace = Trace(tuple(make_program(name, 0.25 * i, make_call("c", output_len=3))
+                        for i, name in enumerate("ABCD")))
+    result = simulate_replicas(trace, "vllm", 2, "round_robin", cost_model=UnitStepCost(),
+                               engine_overrides=dict(max_num_seqs=1), replica_speeds=(1, 0.5))
+    assert result.call_first_token == {"A/c": 1.0, "B/c": 2.25, "C/c": 4.0, "D/c": 8.25}
+    assert result.call_finish == {"A/c": 3.0, "B/c": 6.25, "C/c": 6.0, "D/c": 12.25}
+    assert [r["busy_seconds"] for r in result.extra["per_replica"]] == [6.0, 12.0]
+    assert [r["num_steps"] for r in result.extra["per_replica"]] == [6, 6]
 
 
 def test_adaptive_cutoff_runs():
@@ -335,6 +356,24 @@ def test_cli_capacity_threads_the_replica_flags(monkeypatch, tmp_path, capsys):
     assert seen and all(m == dict(replicas=4, placement="least_loaded", cutoff=2048)
                         for m in seen)
     assert "on 4 replicas behind least_loaded;" in capsys.readouterr().out
+
+
+def test_cli_kv_events_and_speeds_are_checked(tmp_path, capsys):
+    base = ["--workload", "lats", "--programs", "2"]
+    with pytest.raises(SystemExit, match="replica_speeds: need 3 numbers > 0"):
+        cli.main(["sim", *base, "--replicas", "3", "--replica-speeds", "1,0.5"])
+    with pytest.raises(SystemExit, match="need replicas > 1 or a placement"):
+        cli.main(["sim", *base, "--kv-events"])
+    with pytest.raises(SystemExit, match="not --finite-trace"):
+        cli.main(["capacity", *base, "--finite-trace", "--replicas", "2", "--kv-events",
+                  "--out", str(tmp_path), "--target", "1"])
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["sim", *base, "--replica-speeds", "1,0"])
+    assert "--replica-speeds" in capsys.readouterr().err
+    cli.main(["sim", *base, "--rate", "1", "--replicas", "2", "--kv-events",
+              "--replica-speeds", "1,0.5"])
+    assert "on 2 replicas behind agentix (cutoff 2048), KV events, speeds 1,0.5" in \
+        capsys.readouterr().out
 
 
 def test_cli_sweep_runs_replicas(tmp_path, capsys):
