@@ -115,11 +115,7 @@ class BlockPool:
         blocks. Raises KVCacheIntegrityError, changing nothing, if a block would drop below
         ref count 0.
         """
-        for block, count in Counter(block_ids).items():
-            if self._refs[self._check_id(block)] < count:
-                raise KVCacheIntegrityError(
-                    f"block {block}: freed {count} time(s) with ref count {self._refs[block]}"
-                )
+        self._check_free(block_ids)
         for block in reversed(block_ids):
             self._refs[block] -= 1
             if self._refs[block] == 0:
@@ -127,6 +123,22 @@ class BlockPool:
                     self._cached.add(block, rank, owner)
                 else:
                     self._plain[block] = None
+
+    def _check_free(self, block_ids: Sequence[int]) -> None:
+        """Raise (ValueError, KVCacheIntegrityError) unless each listed block is a usable id
+        held at least as many times as it is listed, checked in first-listed order."""
+        refs, first, end = self._refs, self._first, self.num_blocks
+        if len(set(block_ids)) == len(block_ids):  # the common case: each block listed once
+            for block in block_ids:
+                if not (first <= block < end and refs[block] >= 1):
+                    break
+            else:
+                return
+        for block, count in Counter(block_ids).items():
+            if refs[self._check_id(block)] < count:
+                raise KVCacheIntegrityError(
+                    f"block {block}: freed {count} time(s) with ref count {refs[block]}"
+                )
 
     def num_cached_free_of(self, owner: Hashable) -> int:
         """Cached free blocks last freed by `owner`."""

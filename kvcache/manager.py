@@ -272,6 +272,19 @@ class KVCacheManager:
         self._calls.setdefault(call_id, _CallBlocks()).device.extend(blocks)
         return True
 
+    def allocate_table(self, call_id: Hashable, num_tokens: int,
+                       max_rank: float = float("inf")) -> list[int] | None:
+        """`allocate`, then the call's `block_table`: the table once it covers `num_tokens`
+        tokens, or None, changing nothing, if blocks are short (the scheduler's hot path:
+        a table that already covers them is returned at once)."""
+        state = self._calls.get(call_id)
+        if state is not None and not state.swapped and \
+                -(-num_tokens // self.block_size) <= len(state.device):
+            return state.device
+        if not self.allocate(call_id, num_tokens, max_rank):
+            return None
+        return self.block_table(call_id)
+
     def cache_blocks(
         self, call_id: Hashable, token_ids: Sequence[int], num_computed_tokens: int
     ) -> None:

@@ -53,7 +53,7 @@ class SchedulableCall(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class SampledToken:
     """A token `Scheduler.update` appended to `call`. When the call ended with it,
     `finish_reason` says why and `record` is its final CallRecord (service, wait)."""
@@ -62,3 +62,15 @@ class SampledToken:
     token: int
     finish_reason: str | None = None
     record: CallRecord | None = None
+
+    def __init__(self, call: SchedulableCall, token: int, finish_reason: str | None = None,
+                 record: CallRecord | None = None) -> None:
+        # What the generated __init__ of a frozen dataclass does, less a lookup per field
+        # (one of these is built per sampled token).
+        _set_field(self, "call", call)
+        _set_field(self, "token", token)
+        _set_field(self, "finish_reason", finish_reason)
+        _set_field(self, "record", record)
+
+
+_set_field = object.__setattr__  # how a frozen dataclass sets its fields

@@ -28,7 +28,7 @@ rebuilds a table only when an eighth of its samples are new, never per step.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Hashable
 
 import numpy as np
@@ -70,6 +70,9 @@ class IndexTable:
     points: tuple[float, ...]
     log_index: tuple[float, ...]
     limit: float
+    # (num_levels, span) -> the level of each grid point: one entry, see `grid_levels`
+    _memo: list = field(default_factory=lambda: [None, ()], init=False, repr=False,
+                        compare=False)
 
     @classmethod
     def build(cls, sizes: np.ndarray, weights: np.ndarray) -> IndexTable:
@@ -97,10 +100,27 @@ class IndexTable:
         """The level of `attained` service among `num_levels`: equal shares of the log range
         `span` (low, high) of the index (default: this table's own), the highest index at
         level 0. Tables of several classes share one span, so their levels compare."""
-        low, high = span or self.span
-        value = self.log_value(attained)
-        rank = (high - value) / (high - low) if high > low else 0.0
-        return min(num_levels - 1, max(0, int(rank * num_levels)))
+        return self.grid_levels(num_levels, span)[bisect.bisect_right(self.points, attained)
+                                                  - 1]
+
+    def grid_levels(self, num_levels: int,
+                    span: tuple[float, float] | None = None) -> tuple[int, ...]:
+        """The level (see `level`) of each grid point's `log_index`. Memoized for the last
+        (num_levels, span) asked: the key holds every input besides the table, which never
+        changes, so the memo is never stale; a new key replaces it (one entry at most)."""
+        key, levels = self._memo
+        if key != (num_levels, span):
+            low, high = span or self.span
+            levels = tuple(_level_of(value, num_levels, low, high) for value in self.log_index)
+            self._memo[:] = [(num_levels, span), levels]
+        return levels
+
+
+def _level_of(value: float, num_levels: int, low: float, high: float) -> int:
+    """The level of log index `value` among `num_levels` equal shares of [low, high], the
+    highest at level 0."""
+    rank = (high - value) / (high - low) if high > low else 0.0
+    return min(num_levels - 1, max(0, int(rank * num_levels)))
 
 
 class SizeLearner:
@@ -128,7 +148,7 @@ class SizeLearner:
         """The level of a program of class `key` with `attained` service, on the log range
         of every table in use (so a class whose programs are short ranks above one whose
         programs are long); None before any table exists."""
-        table = self.table(key)
+        table = self._windows.summary(key)  # self.table(key), once per charged call
         return None if table is None else table.level(attained, num_levels, self._span)
 
     def log_index(self, key: Hashable, attained: float) -> float | None:

@@ -114,6 +114,7 @@ def choose_preemption(mode: str, costs: PreemptionCosts) -> PreemptionKind:
     if mode == "auto":
         return costs.cheapest()
     kind = PreemptionKind(mode)
-    chosen = {PreemptionKind.KEEP: costs.keep, PreemptionKind.SWAP: costs.swap,
-              PreemptionKind.RECOMPUTE: 0.0}[kind]
+    if kind is PreemptionKind.RECOMPUTE:
+        return kind
+    chosen = costs.keep if kind is PreemptionKind.KEEP else costs.swap
     return kind if chosen != float("inf") else PreemptionKind.RECOMPUTE

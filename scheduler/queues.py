@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
+from operator import itemgetter
 from collections.abc import Container, Hashable, Iterator
+
+_item = itemgetter(1)  # the item of a level's (order, item) entry
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,12 @@ class LevelQueues:
     def remove(self, item: Hashable) -> None:
         level, order = self._where.pop(item)
         entries = self._levels[level]
-        del entries[bisect.bisect_left(entries, (order, item))]
+        if entries[0][1] == item:  # the common cases (an admission, a victim): no search
+            del entries[0]
+        elif entries[-1][1] == item:
+            del entries[-1]
+        else:
+            del entries[bisect.bisect_left(entries, (order, item))]
 
     def __iter__(self) -> Iterator[Hashable]:
         """Top-down, FCFS within a level; safe against removal of visited items."""
@@ -94,7 +102,7 @@ class LevelQueues:
     def snapshot(self, level: int) -> list[Hashable]:
         """The items of one level in order, as a list that later changes do not affect
         (the caller skips items removed meanwhile)."""
-        return [item for _, item in self._levels[level]]
+        return list(map(_item, self._levels[level]))
 
     def lowest(self, below: int | None = None, skip: Container[Hashable] = ()) -> Hashable | None:
         """The lowest-priority item not in `skip`: the last of the lowest non-empty level,

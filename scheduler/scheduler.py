@@ -37,14 +37,31 @@ PROVISIONAL_QUANTUM_SECONDS = 1.0
 TOKEN_MODE_QUANTUM = 256.0
 
 
-@dataclass
+@dataclass(slots=True)
 class _Round:
+    """One round's state. Its chunks are kept in two lists, decodes and prefill chunks, each
+    in the order scheduled: `chunks()` is then the plan's order (decodes first) without a
+    sort."""
+
     budget: int
     unvisited_running: int  # running calls the walk has not reached: 1 token kept for each
     scheduled: set[str] = field(default_factory=set)
     preempted: set[str] = field(default_factory=set)
     priority_preemptions: int = 0
     short_of_blocks: tuple[int, int] = (0, 0)  # (calls waiting for blocks, blocks one needs)
+    decodes: list[ScheduledChunk] = field(default_factory=list)
+    prefills: list[ScheduledChunk] = field(default_factory=list)
+
+    def add(self, chunk: ScheduledChunk) -> None:
+        """Schedule `chunk` (of a call not scheduled yet this round), taking its tokens off
+        the budget."""
+        (self.decodes if chunk.is_decode else self.prefills).append(chunk)
+        self.scheduled.add(chunk.call.call_id)
+        self.budget -= chunk.num_tokens
+
+    def chunks(self) -> list[ScheduledChunk]:
+        """Every chunk scheduled, decodes first, each kind in the order scheduled."""
+        return self.decodes + self.prefills
 
 
 class Scheduler:
@@ -242,22 +259,27 @@ class Scheduler:
         order; the caller may still finish those (stop strings)."""
         self._charge(plan, now - plan.created_at, swap_seconds)
         self._charge_swap_time(plan, swap_seconds)
-        caching = self.kv.enable_prefix_caching
+        kv, deadlines, finished = self.kv, self.deadlines, CallStatus.FINISHED
+        caching = kv.enable_prefix_caching
+        # Only `add` (a new call) and `_preempt` watch a deadline, so none of the plan's
+        # calls gains one during this loop: without any now, there is none to forget.
+        watching = len(deadlines) > 0
         sampled: list[SampledToken] = []
         for chunk, token in zip(plan.chunks, tokens):
             call = chunk.call
-            if call.status is CallStatus.FINISHED:
+            if call.status is finished:
                 continue
             call.num_computed_tokens = chunk.start + chunk.num_tokens
             reason = None if token is None else call.append_token(token)
             if caching:
-                self.kv.cache_blocks(call.call_id, call.all_token_ids, call.num_computed_tokens)
+                kv.cache_blocks(call.call_id, call.all_token_ids, call.num_computed_tokens)
             if token is None:
                 continue
-            self.deadlines.forget(call.call_id)  # it has a token now: no deadline is due
+            if watching:  # it has a token now: no deadline is due
+                deadlines.forget(call.call_id)
             record = self.finish(call, now) if reason else None
             sampled.append(SampledToken(call, token, reason, record))
-        self.kv.end_step()
+        kv.end_step()
         return sampled
 
     def abort_step(self, plan: SchedulePlan, now: float
@@ -287,25 +309,29 @@ class Scheduler:
         self.num_steps += 1
         if plan.chunks:  # an empty step (idle tick, abort delivery) says nothing of step time
             self._calibrate(seconds)
-            prefill = sum(c.num_tokens for c in plan.chunks if not c.is_decode)
-            self.rates.observe_step(prefill, plan.num_batched_tokens, seconds - swap_seconds)
+            self.rates.observe_step(*_token_counts(plan.chunks), seconds - swap_seconds)
         by_tokens = self.config.service_mode == "tokens"
-        for chunk in plan.chunks:
-            record = self.records.get(chunk.call.call_id)
-            if record is not None:
-                self._charge_call(chunk.call, record, chunk.num_tokens if by_tokens else seconds)
+        records, program_of, charge = self.records, self.table.get, self.policy.charge
+        levels = self.levels
+        for chunk in plan.chunks:  # _charge_call, inlined: once per chunk
+            call = chunk.call
+            record = records.get(call.call_id)
+            if record is None:
+                continue
+            service = chunk.num_tokens if by_tokens else seconds
+            record.service += service
+            record.total_service += service
+            record.num_steps += 1
+            level = charge(program_of(record.program_id), record, service, levels)
+            if level != record.queue:
+                self._move(call.call_id, record, level)
 
-    def _charge_call(self, call: SchedulableCall, record: CallRecord, service: float) -> None:
-        record.service += service
-        record.total_service += service
-        record.num_steps += 1
-        level = self.policy.charge(self.table.get(record.program_id), record, service,
-                                   self.levels)
-        if level != record.queue:
-            queues = self.running if call.call_id in self.running else self.queued
-            queues.remove(call.call_id)
-            record.queue = level
-            queues.add(call.call_id, level, record.order)
+    def _move(self, call_id: str, record: CallRecord, level: int) -> None:
+        """Move a call to `level` in whichever queues (running or queued) hold it."""
+        queues = self.running if call_id in self.running else self.queued
+        queues.remove(call_id)
+        record.queue = level
+        queues.add(call_id, level, record.order)
 
     def _charge_swap_time(self, plan: SchedulePlan, seconds: float) -> None:
         """Measure the link from the step's copies, and split their time evenly over the
@@ -342,16 +368,12 @@ class Scheduler:
         rnd = _Round(self.config.max_num_batched_tokens, unvisited_running=len(self.running))
         admitting = True
         for level in range(self.num_levels):
-            for call_id in self.running.snapshot(level):
-                if rnd.budget <= 0:
-                    break
-                if call_id in self.running:  # not preempted earlier in this walk
-                    self._schedule_running(self.calls[call_id], plan, rnd, now)
+            self._schedule_running_level(level, plan, rnd, now)
             if admitting:
                 admitting = self._admit_level(level, plan, rnd, now)
             if rnd.budget <= 0:
                 break
-        plan.chunks.sort(key=lambda c: not c.is_decode)
+        plan.chunks = rnd.chunks()
         self._start_round(plan)
         self.memory.pressure = rnd.short_of_blocks
         plan.swap_in.extend(self.memory.prefetch(now, self._live_next_level))  # allocates last
@@ -369,23 +391,54 @@ class Scheduler:
         return self._next_level(self.table.get(program_id)) if program_id in self.table \
             else None
 
-    def _schedule_running(self, call: SchedulableCall, plan: SchedulePlan, rnd: _Round,
-                          now: float) -> None:
-        """Give a running call its next chunk (the hot path: once per running call)."""
-        call_id, start, num_tokens = call.call_id, call.num_computed_tokens, call.num_tokens
-        n = min(num_tokens - start, rnd.budget)
-        self.kv.drop_outside_window(call_id, start)  # sliding-window models only
-        while not self.kv.allocate(call_id, start + n):
+    def _schedule_running_level(self, level: int, plan: SchedulePlan, rnd: _Round,
+                                now: float) -> None:
+        """Give each running call of `level`, in order, its next chunk while the budget
+        lasts (the hot path: once per running call per round, so the common case, blocks
+        to spare, is inlined here; `_make_room` preempts when they run short)."""
+        kv, calls, preempted = self.kv, self.calls, rnd.preempted
+        windowed = kv.attention_window > 0
+        for call_id in self.running.snapshot(level):
+            budget = rnd.budget
+            if budget <= 0:
+                break
+            # A call leaves the running queues during the walk only by preemption (and an
+            # admission adds calls at the level being admitted, whose snapshot is taken).
+            if call_id in preempted:
+                continue
+            call = calls[call_id]
+            start, num_tokens = call.num_computed_tokens, call.num_tokens
+            n = num_tokens - start
+            if n > budget:
+                n = budget
+            if windowed:
+                kv.drop_outside_window(call_id, start)
+            table = kv.allocate_table(call_id, start + n)
+            if table is None:
+                table = self._make_room(call, start + n, plan, rnd, now)
+                if table is None:  # the call itself was preempted
+                    continue
+            samples = start + n == num_tokens
+            chunk = ScheduledChunk(call, start, n, table, samples)
+            (rnd.decodes if n == 1 and samples else rnd.prefills).append(chunk)  # rnd.add
+            rnd.scheduled.add(call_id)
+            rnd.budget = budget - n
+            rnd.unvisited_running -= 1
+
+    def _make_room(self, call: SchedulableCall, num_tokens: int, plan: SchedulePlan,
+                   rnd: _Round, now: float) -> list[int] | None:
+        """Preempt the lowest-priority running call not yet scheduled this round (`call`
+        itself when it is that one) until `call`'s table covers `num_tokens`. Returns its
+        table, or None if `call` was preempted."""
+        while True:
             victim_id = self.running.lowest(skip=rnd.scheduled)
             victim = call if victim_id is None else self.calls[victim_id]
             self._preempt(victim, plan, rnd, now, for_memory=True)
             if victim is call:
-                return
-        plan.chunks.append(ScheduledChunk(call, start, n, self.kv.block_table(call_id),
-                                          start + n == num_tokens))
-        rnd.scheduled.add(call_id)
-        rnd.budget -= n
-        rnd.unvisited_running -= 1
+                return None
+            table = self.kv.allocate_table(call.call_id, num_tokens)
+            if table is not None:
+                return table
 
     def _admit_level(self, level: int, plan: SchedulePlan, rnd: _Round, now: float) -> bool:
         """Admit queued calls of one level in order (without copying the level); False once
@@ -424,8 +477,9 @@ class Scheduler:
         n = min(remaining, budget)
         record = self.records[call.call_id]
         while True:
-            max_rank = self.memory.admission_rank(level) if self.running else UNLIMITED
-            short_of_seats = len(self.running) >= self.config.max_num_seqs
+            num_running = len(self.running)
+            max_rank = self.memory.admission_rank(level) if num_running else UNLIMITED
+            short_of_seats = num_running >= self.config.max_num_seqs
             fits = self._fits(call, n, fetch, max_rank)
             if fits and not short_of_seats:
                 break
@@ -452,7 +506,7 @@ class Scheduler:
         self.starvation.forget(call.call_id)
         call.status = CallStatus.RUNNING
         self.running.add(call.call_id, record.queue, record.order)
-        self._add_chunk(call, n, plan, rnd)
+        self._add_chunk(call, n, rnd)
         return True
 
     def _blocks_worth_fetching(self, call: SchedulableCall) -> int:
@@ -505,12 +559,10 @@ class Scheduler:
         call.num_computed_tokens = 0
         call.num_cached_tokens = 0
 
-    def _add_chunk(self, call: SchedulableCall, n: int, plan: SchedulePlan, rnd: _Round) -> None:
+    def _add_chunk(self, call: SchedulableCall, n: int, rnd: _Round) -> None:
         start = call.num_computed_tokens
-        plan.chunks.append(ScheduledChunk(call, start, n, self.kv.block_table(call.call_id),
-                                          samples=start + n == call.num_tokens))
-        rnd.scheduled.add(call.call_id)
-        rnd.budget -= n
+        rnd.add(ScheduledChunk(call, start, n, self.kv.block_table(call.call_id),
+                               samples=start + n == call.num_tokens))
 
     # ----- preemption -------------------------------------------------------------------
     def _preempt(self, call: SchedulableCall, plan: SchedulePlan, rnd: _Round, now: float,
@@ -551,6 +603,8 @@ class Scheduler:
 
     def _preemption_kind(self, call: SchedulableCall, for_memory: bool) -> PreemptionKind:
         mode = self.config.preemption_mode
+        if mode == "recompute":  # what choose_preemption picks whatever the costs
+            return PreemptionKind.RECOMPUTE
         blocks = len(self.kv.block_table(call.call_id))
         can_keep = self.kv.enable_prefix_caching and (mode == "keep" or self.memory.enabled)
         costs = preemption_costs(self.rates, blocks, call.num_computed_tokens,
@@ -655,6 +709,16 @@ class Scheduler:
             if self.calls[call_id].status is not CallStatus.RUNNING:
                 raise RuntimeError(f"{call_id} is in the running queues but not RUNNING")
         self.table.check_integrity(ids)
+
+
+def _token_counts(chunks: Sequence[ScheduledChunk]) -> tuple[int, int]:
+    """(prefill tokens, all tokens) of a step's chunks, in one pass."""
+    prefill = total = 0
+    for chunk in chunks:
+        total += chunk.num_tokens
+        if not (chunk.num_tokens == 1 and chunk.samples):  # not chunk.is_decode
+            prefill += chunk.num_tokens
+    return prefill, total
 
 
 def _target(call: SchedulableCall, n: int, fetch: int, block_size: int) -> int:

@@ -26,6 +26,9 @@ class Retention(enum.IntEnum):
     TOOL_CALL = 2  # between calls, within its retention time and the budget
 
 
+NUM_RETENTIONS = len(Retention)  # an enum's members are fixed: counted once
+
+
 class Policy:
     name = ""
 
@@ -51,6 +54,8 @@ class Policy:
         """Take `service` (just charged to `call`, of `program`) off its quantum; returns its
         new level (demoted once per quantum used up, never past the last level)."""
         call.quantum_left -= service
+        if call.quantum_left > 0:  # the common case: quantum left, no demotion
+            return call.queue
         return self.demoted_level(call, call.queue, levels)
 
     @staticmethod
@@ -85,4 +90,4 @@ class Policy:
         """Rank of a live program's cached KV whose next call enters `level` (higher ranks are
         evicted later; 0 is for KV no live program owns): levels apart, the higher priority
         ranks above; inside a level, by `retention`."""
-        return 1.0 + len(Retention) * (num_levels - 1 - level) + retention
+        return 1.0 + NUM_RETENTIONS * (num_levels - 1 - level) + retention

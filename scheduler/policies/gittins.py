@@ -55,7 +55,8 @@ class GittinsPolicy(ATLASPolicy):
 
     def charge(self, program: ProgramRecord, call: CallRecord, service: float,
                levels: QueueLevels) -> int:
-        level = self._level(program, call.start_value + call.total_service, levels)
+        level = self.learner.level((program.tenant, program.program_class),
+                                   call.start_value + call.total_service, levels.num_queues)
         if level is None:
             return call.queue
         call.quantum_left -= service
