@@ -91,10 +91,6 @@ class IndexTable:
         """The lowest and highest log G of the table."""
         return min(self.log_index), max(self.log_index)
 
-    def log_value(self, attained: float) -> float:
-        """log G at `attained` service."""
-        return self.log_index[bisect.bisect_right(self.points, attained) - 1]
-
     def level(self, attained: float, num_levels: int,
               span: tuple[float, float] | None = None) -> int:
         """The level of `attained` service among `num_levels`: equal shares of the log range
@@ -150,12 +146,6 @@ class SizeLearner:
         programs are long); None before any table exists."""
         table = self._windows.summary(key)  # self.table(key), once per charged call
         return None if table is None else table.level(attained, num_levels, self._span)
-
-    def log_index(self, key: Hashable, attained: float) -> float | None:
-        """log G of a program of class `key` with `attained` service; None before any
-        table exists."""
-        table = self.table(key)
-        return None if table is None else table.log_value(attained)
 
     def num_samples(self, key: Hashable | None = None) -> int:
         """Samples held for class `key` (overall when None)."""

@@ -15,10 +15,10 @@ computed from the sizes of finished programs (see `scheduler.gittins`).
   table (highest index at level 0; one range, so classes compare), so quanta, priority
   preemption, anti-starvation and the retention ranks work unchanged. A call moves up as soon as its index rises (alike programs: the most-served goes first,
   program FCFS) and down once it has used its level's quantum (heavy tails: LAS).
-- Inside a level, calls go by the index their program had when they arrived, highest
-  first (log G rounded to 3 decimals, so near-equal ones tie), then in their program's start
-  order, then arrival order. (A level spans a range of indices; program FCFS alone inside
-  it measured worse on mixed and ShareGPT: RESULTS, "Learnt scheduling".)
+- Inside a level, calls go in their program's start order, then arrival order (program
+  FCFS). Ordering them by their program's index at arrival instead (tried in session 4)
+  won on replayed bursts but lost ShareGPT's steady state at 8 programs/s (one long
+  conversation left unfinished: RESULTS, "Learnt scheduling", session 6), so it was undone.
 
 Cost: a bisect per charged call per step; a table is rebuilt when an eighth of its samples
 are new (one numpy pass per grid point), never per step.
@@ -48,10 +48,7 @@ class GittinsPolicy(ATLASPolicy):
         return levels.num_queues - 1 if level is None else level
 
     def order(self, program: ProgramRecord, call: CallRecord, seq: int) -> tuple:
-        value = self.learner.log_index((program.tenant, program.program_class),
-                                       call.start_value)
-        rank = 0.0 if value is None else -round(value, 3)
-        return (rank, program.started, call.arrival, seq)
+        return (program.started, call.arrival, seq)
 
     def charge(self, program: ProgramRecord, call: CallRecord, service: float,
                levels: QueueLevels) -> int:
