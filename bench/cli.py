@@ -68,8 +68,7 @@ def _positive_int(text: str) -> int:
 def _add_replica_arguments(parser: argparse.ArgumentParser) -> None:
     """`--replicas`, `--placement`, `--cutoff`: run N engines on one virtual clock behind a
     placement policy (`bench.multi_sim`); without either of the first two, one engine."""
-    from bench.multi_sim import DEFAULT_CUTOFF, DEFAULT_PLACEMENT
-    from scheduler.placement import PLACEMENTS
+    from scheduler.placement import DEFAULT_CUTOFF, DEFAULT_PLACEMENT, PLACEMENTS
 
     parser.add_argument("--replicas", type=_positive_int, default=1,
                         help="engine replicas behind the placement (default 1: one engine)")

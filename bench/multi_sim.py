@@ -47,8 +47,8 @@ from engine.llm_engine import LLMEngine
 from engine.stats import EngineStats
 from kvcache.cache_events import CacheView
 from kvcache.prefix_hash import hash_block
-from scheduler.placement import (DEFAULT_CUTOFF, CallOutcome, Placement, PlacementRequest,
-                                 ReplicaLoad, make_placement)
+from scheduler.placement import (DEFAULT_CUTOFF, DEFAULT_PLACEMENT, CallOutcome, Placement,
+                                 PlacementRequest, ReplicaLoad, make_placement)
 
 from bench.cost_model import CostModel
 from bench.sim_executor import SimulatedExecutor, VirtualClock
@@ -56,7 +56,6 @@ from bench.simulate import (Driver, EarlyStop, PromptMaker, SimResult, _Program,
                             sim_engine_config)
 from bench.trace import Trace, TraceCall
 
-DEFAULT_PLACEMENT = "agentix"
 # scheduler stats that are rates in use, not counters: averaged over replicas, not summed
 _RATE_STATS = ("host_link_bandwidth", "prefill_tokens_per_second")
 

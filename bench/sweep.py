@@ -98,7 +98,7 @@ def run_point(workload: str, trace: Trace, policy: str, rate: float,
               placement_options: dict | None = None) -> SweepPoint:
     """Simulate `trace` (arriving at `rate`) under `policy` and summarize it: on one engine
     (`simulate`), or on `replicas` engines behind `placement` (`simulate_replicas`; the
-    placement defaults to `bench.multi_sim.DEFAULT_PLACEMENT`) when either is given."""
+    placement defaults to `scheduler.placement.DEFAULT_PLACEMENT`) when either is given."""
     result = simulate_trace(trace, policy, preset, model,
                             replica_options(replicas, placement, cutoff, placement_options))
     return summarize(workload, policy, rate, result, len(trace.programs))

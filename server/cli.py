@@ -14,7 +14,7 @@ from typing import NoReturn
 
 from scheduler.config import KV_MEMORY_MODES, PREEMPTION_MODES, SchedulerConfig
 from scheduler.policies import POLICIES
-from server.cli_checks import (PLACEMENT_NAMES, UsageError, replicas_setup,
+from server.cli_checks import (DEFAULT_PLACEMENT, PLACEMENT_NAMES, UsageError, replicas_setup,
                                router_setup, serve_setup)
 from server.config_flags import parse_cutoff, parse_override, positive_float
 from server.limits import DEFAULT_DNS_REFRESH_SECONDS, DEFAULT_MAX_PROMPT_BYTES
@@ -295,7 +295,7 @@ def _positive_int(text: str) -> int:
 
 
 def _add_placement_flags(parser: argparse.ArgumentParser, prefix: str = "") -> None:
-    parser.add_argument("--placement", choices=PLACEMENT_NAMES, default="agentix",
+    parser.add_argument("--placement", choices=PLACEMENT_NAMES, default=DEFAULT_PLACEMENT,
                         help=f"{prefix}which replica a call goes to (scheduler/placement/)")
     parser.add_argument("--cutoff", type=parse_cutoff, default=2048, metavar="N|auto",
                         help=f"{prefix}the agentix placement's prompt-token cutoff: shorter "

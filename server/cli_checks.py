@@ -19,11 +19,13 @@ if TYPE_CHECKING:
     from server.router.spawn import LocalReplicas
 
 try:  # the placement registry (scheduler/placement/__init__.py), torch-free
+    from scheduler.placement import DEFAULT_PLACEMENT
     from scheduler.placement import PLACEMENTS as _PLACEMENTS
     PLACEMENT_NAMES: tuple[str, ...] = tuple(_PLACEMENTS)
 except ImportError:
     PLACEMENT_NAMES = ("agentix", "round_robin", "least_loaded", "pinned", "prefix_aware",
                        "cost")
+    DEFAULT_PLACEMENT = "cost"
 
 
 class UsageError(Exception):

@@ -41,6 +41,11 @@ PLACEMENTS = MappingProxyType({p.name: p for p in (
 
 PlacementSpec = str | type[Placement]
 
+# What the router and the multi-engine simulator use when none is named: the queue-priced
+# placement, which tied or beat every other where measured (bench/RESULTS.md, "The
+# queue-priced placement").
+DEFAULT_PLACEMENT = "cost"
+
 
 def _check_options(policy: str, options: dict[str, Any], allowed: tuple[str, ...],
                    why: str = "") -> None:
@@ -85,7 +90,7 @@ def make_placement(name: PlacementSpec, cutoff: int | str = DEFAULT_CUTOFF,
         raise ValueError(f"placement {cls.name or cls.__name__}: {exc}") from exc
 
 
-__all__ = ["ADAPTIVE_OPTIONS", "DEFAULT_CUTOFF", "PLACEMENTS", "AdaptiveCutoff",
-           "AgentixPlacement", "CallOutcome", "LeastLoadedPlacement", "PinnedPlacement",
+__all__ = ["ADAPTIVE_OPTIONS", "DEFAULT_CUTOFF", "DEFAULT_PLACEMENT", "PLACEMENTS", "AdaptiveCutoff",
+           "AgentixPlacement", "CallOutcome", "CostPlacement", "LeastLoadedPlacement", "PinnedPlacement",
            "Placement", "PlacementRequest", "PlacementSpec", "PrefixAwarePlacement",
            "ReplicaLoad", "RoundRobinPlacement", "healthy", "least_loaded", "make_placement"]

@@ -4,7 +4,7 @@ OpenAI door (uvicorn, server/router/http_backend.py), one health/stats poller pe
 and the TTL expiry of the router's program records.
 
     running = start_router(RouterOptions(replicas=("127.0.0.1:50051", "127.0.0.1:50052"),
-                                         placement="agentix"))
+                                         placement="cost"))
     ... running.address ...
     running.stop()      # NOT_SERVING, refuse new work, let calls finish (grace), stop
 
@@ -33,7 +33,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from scheduler.config import SchedulerConfig
-from scheduler.placement import DEFAULT_CUTOFF
+from scheduler.placement import DEFAULT_CUTOFF, DEFAULT_PLACEMENT
 from scheduler.placement.base import Placement
 from engine.text_codec import TextCodec
 from server.app import (HANDLER_GRACE, HEALTH_SERVICE_NAME, MESSAGE_OVERHEAD_BYTES,
@@ -79,7 +79,7 @@ class RouterOptions:
     replicas_dns: tuple[str, ...] = ()
     dns_refresh_seconds: float = DEFAULT_DNS_REFRESH_SECONDS
     resolver: Resolver = field(default=resolve_dns, compare=False, repr=False)
-    placement: str | Placement = field(default="agentix", compare=False)
+    placement: str | Placement = field(default=DEFAULT_PLACEMENT, compare=False)
     cutoff: int | str = DEFAULT_CUTOFF
     host: str = "127.0.0.1"
     port: int = 0

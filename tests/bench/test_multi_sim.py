@@ -271,10 +271,10 @@ def test_bad_arguments_name_the_problem():
 
 def test_replica_options():
     assert replica_options() == {} and replica_options(1, None, "auto") == {}
-    assert replica_options(2) == dict(replicas=2, placement="agentix", cutoff=2048)
+    assert replica_options(2) == dict(replicas=2, placement="cost", cutoff=2048)
     assert replica_options(1, "pinned") == dict(replicas=1, placement="pinned", cutoff=2048)
     assert replica_options(2, kv_events=True, replica_speeds=[1, 0.5]) == dict(
-        replicas=2, placement="agentix", cutoff=2048, kv_events=True, replica_speeds=(1, 0.5))
+        replicas=2, placement="cost", cutoff=2048, kv_events=True, replica_speeds=(1, 0.5))
     with pytest.raises(ValueError, match="need replicas > 1 or a placement"):
         replica_options(1, kv_events=True)
     for bad in ([1.0], [1.0, 0.0], [1.0, True], [1.0, "x"]):
@@ -317,7 +317,7 @@ def test_cli_sim_with_replicas_prints_the_placement_figures(capsys):
     assert sum(r["calls"] for r in out["per_replica"]) == out["num_calls"]
     cli.main(args + ["--json"])  # one engine: no placement keys
     assert "cache_hit_rate" not in json.loads(capsys.readouterr().out)
-    cli.main(args + ["--replicas", "2", "--cutoff", "auto"])
+    cli.main(args + ["--replicas", "2", "--placement", "agentix", "--cutoff", "auto"])
     text = capsys.readouterr().out
     assert "on 2 replicas behind agentix (cutoff auto)" in text
     assert "replica 1" in text and "prefix cache" in text
@@ -372,7 +372,7 @@ def test_cli_kv_events_and_speeds_are_checked(tmp_path, capsys):
     assert "--replica-speeds" in capsys.readouterr().err
     cli.main(["sim", *base, "--rate", "1", "--replicas", "2", "--kv-events",
               "--replica-speeds", "1,0.5"])
-    assert "on 2 replicas behind agentix (cutoff 2048), KV events, speeds 1,0.5" in \
+    assert "on 2 replicas behind cost, KV events, speeds 1,0.5" in \
         capsys.readouterr().out
 
 

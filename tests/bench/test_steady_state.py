@@ -329,7 +329,7 @@ def test_cli_capacity_runs_at_steady_state_by_default(fake_points, tmp_path, cap
               "--warmup-programs", "10", "--window-programs", "20", "--tail-programs", "30",
               "--out", str(tmp_path), "--no-progress", "--replicas", "2"])
     generated, multis = fake_points
-    assert multis and all(m == dict(replicas=2, placement="agentix", cutoff=2048)
+    assert multis and all(m == dict(replicas=2, placement="cost", cutoff=2048)
                           for m in multis)
     out = capsys.readouterr().out
     assert "lats at steady state, seeds 0,4, llama-3.1-8b on a100-80g, on 2 replicas" in out
