@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 from kvcache.block_pool import BlockPool
 from kvcache.errors import KVCacheIntegrityError
 from kvcache.host_pool import HostBlockPool
-from kvcache.prefix_hash import hash_block
+from kvcache.prefix_hash import BlockHashMemo, hash_block
+
+MAX_HASH_MEMO = 1 << 17  # block hashes the manager's memo keeps, at most
 
 
 @dataclass
@@ -94,6 +96,9 @@ class KVCacheManager:
         self.pool = BlockPool(num_blocks, reserve_null_block=True)
         self.host_pool = HostBlockPool(num_host_blocks)
         self._calls: dict[Hashable, _CallBlocks] = {}
+        # Chain hashes outlive the calls that computed them, for as many blocks as both
+        # tiers can cache, at most MAX_HASH_MEMO (about 40 MB); a miss only costs a hash.
+        self._hash_memo = BlockHashMemo(min(num_blocks + num_host_blocks, MAX_HASH_MEMO))
         self._offloaded: list[_Offload] = []  # this step's; stored on host at end_step
         self._num_offloads_taken = 0  # of them, copies handed to the plan already
         self._host_in_flight: list[int] = []  # host blocks read by this step's copies
@@ -494,9 +499,12 @@ class KVCacheManager:
         """The cached blocks `lookup` finds for the call's full blocks `first`, `first + 1`,
         ... before `end`, up to the first miss."""
         size, blocks = self.block_size, []
+        hashes = self._chain_hashes(state, token_ids, first)
         for i in range(first, end):
-            block_hash = self._chain_hashes(state, token_ids, i + 1)[i]
-            block = lookup(block_hash, token_ids[i * size:(i + 1) * size])
+            tokens = tuple(token_ids[i * size:(i + 1) * size])
+            if i == len(hashes):
+                self._append_hash(hashes, tokens)
+            block = lookup(hashes[i], tokens)
             if block is None:
                 break
             blocks.append(block)
@@ -512,6 +520,15 @@ class KVCacheManager:
         hashes, size = state.hashes, self.block_size
         while len(hashes) < num_blocks:
             i = len(hashes)
-            parent = hashes[-1] if hashes else None
-            hashes.append(hash_block(parent, token_ids[i * size:(i + 1) * size]))
+            self._append_hash(hashes, tuple(token_ids[i * size:(i + 1) * size]))
         return hashes
+
+    def _append_hash(self, hashes: list[int], tokens: tuple[int, ...]) -> None:
+        """Append to the chain `hashes` the hash of its next full block, holding `tokens`:
+        `hash_block(hashes[-1], tokens)` (parent None for the first), from the memo if there."""
+        key = (hashes[-1] if hashes else None, tokens)
+        block_hash = self._hash_memo.get(key)
+        if block_hash is None:
+            block_hash = hash_block(*key)
+            self._hash_memo.put(key, block_hash)
+        hashes.append(block_hash)

@@ -25,3 +25,43 @@ def hash_block(parent_hash: int | None, token_ids: Sequence[int]) -> int:
         raise ValueError(f"parent_hash must come from hash_block, got {parent_hash}")
     h.update(array("q", token_ids).tobytes())
     return int.from_bytes(h.digest(), "little")
+
+
+class BlockHashMemo:
+    """A bounded memo of `hash_block` results: (parent hash, block token ids) -> hash.
+
+    Agent programs re-send their growing history, so most blocks of an admitted prompt were
+    hashed before (by the program's previous call, or by the same call before it was freed
+    on preemption); a dict lookup is several times cheaper than a blake2b. Keys are compared
+    by value, so a hit returns exactly what `hash_block` would: the memo never changes a
+    result. It holds at most `capacity` entries, in two generations of `capacity // 2`: new
+    entries go to the young one; when it is full it becomes the old one (the previous old one
+    is dropped); a hit in the old generation is copied to the young one. So an entry lives
+    at least `capacity // 2` insertions after its last use. Owned by one KVCacheManager.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 2:
+            raise ValueError(f"capacity must be >= 2, got {capacity}")
+        self.capacity = capacity
+        self._young: dict[tuple[int | None, tuple[int, ...]], int] = {}
+        self._old: dict[tuple[int | None, tuple[int, ...]], int] = {}
+
+    def __len__(self) -> int:
+        """Entries held, at most `capacity` (a key used while old is counted in both)."""
+        return len(self._young) + len(self._old)
+
+    def get(self, key: tuple[int | None, tuple[int, ...]]) -> int | None:
+        """The hash memoised under `key` = (parent hash, token ids tuple), else None."""
+        block_hash = self._young.get(key)
+        if block_hash is None:
+            block_hash = self._old.get(key)
+            if block_hash is not None:
+                self.put(key, block_hash)
+        return block_hash
+
+    def put(self, key: tuple[int | None, tuple[int, ...]], block_hash: int) -> None:
+        """Memoise `block_hash` = `hash_block(*key)`, aging the young generation if full."""
+        if len(self._young) >= self.capacity // 2:
+            self._old, self._young = self._young, {}
+        self._young[key] = block_hash

@@ -1,0 +1,117 @@
+"""Chain hashes kept across admissions (per call, and in the manager's bounded memo) are
+exactly the hashes computed from scratch, and nothing is kept past its bound."""
+
+import random
+
+import pytest
+
+import kvcache.manager
+from kvcache import KVCacheManager
+from kvcache.prefix_hash import BlockHashMemo, hash_block
+
+BLOCK = 4
+
+
+def scratch_hashes(tokens: list[int]) -> list[int]:
+    """The chained hashes of `tokens`' full blocks, straight from `hash_block`."""
+    hashes: list[int] = []
+    for start in range(0, len(tokens) - BLOCK + 1, BLOCK):
+        hashes.append(hash_block(hashes[-1] if hashes else None, tokens[start:start + BLOCK]))
+    return hashes
+
+
+def prefill(mgr: KVCacheManager, call_id: str, tokens: list[int]) -> int:
+    """What the engine does for a new call: match, allocate the rest, compute, cache."""
+    hit = mgr.match_prefix(call_id, tokens)
+    assert mgr.allocate(call_id, len(tokens))
+    mgr.cache_blocks(call_id, tokens, len(tokens))
+    return hit
+
+
+@pytest.fixture
+def counted(monkeypatch) -> list[tuple[int, ...]]:
+    """The token ids of every block the manager hashes with `hash_block`."""
+    calls: list[tuple[int, ...]] = []
+
+    def counting_hash(parent, tokens):
+        calls.append(tuple(tokens))
+        return hash_block(parent, tokens)
+
+    monkeypatch.setattr(kvcache.manager, "hash_block", counting_hash)
+    return calls
+
+
+def test_incremental_hashes_equal_hashes_from_scratch():
+    rng = random.Random(0)
+    mgr = KVCacheManager(64, BLOCK, enable_prefix_caching=True)
+    tokens = [rng.randrange(50_000) for _ in range(6)]
+    for turn in range(8):  # an agent program: each call re-sends the growing history
+        call_id = f"call{turn}"
+        prefill(mgr, call_id, tokens)
+        for _ in range(rng.randrange(1, 9)):  # decode, caching each block it fills
+            tokens.append(rng.randrange(50_000))
+            assert mgr.allocate(call_id, len(tokens))
+            mgr.cache_blocks(call_id, tokens, len(tokens))
+        assert mgr._calls[call_id].hashes == scratch_hashes(tokens)
+        mgr.free(call_id, owner="program")
+        tokens += [rng.randrange(50_000) for _ in range(rng.randrange(1, 7))]  # tool output
+    mgr.check_integrity()
+
+
+def test_per_call_hashes_are_dropped_when_the_call_is_freed():
+    mgr = KVCacheManager(64, BLOCK, enable_prefix_caching=True)
+    for n in range(20):
+        prefill(mgr, f"call{n}", list(range(n * 100, n * 100 + 9)))
+        mgr.free(f"call{n}")
+    assert mgr._calls == {}
+    mgr.check_integrity()
+
+
+def test_memo_is_bounded_by_the_blocks_both_tiers_can_cache():
+    mgr = KVCacheManager(8, BLOCK, num_host_blocks=4, enable_prefix_caching=True)
+    assert mgr._hash_memo.capacity == 12
+    for n in range(50):  # 100 distinct blocks, never hashed again
+        prefill(mgr, f"call{n}", list(range(n * 100, n * 100 + 9)))
+        mgr.free(f"call{n}")
+    assert 0 < len(mgr._hash_memo) <= 12
+    mgr.check_integrity()
+
+
+def test_memo_keeps_recent_entries_and_forgets_old_ones():
+    memo = BlockHashMemo(4)  # two generations of 2
+    keys = [(None, (n,)) for n in range(4)]
+    for n, key in enumerate(keys[:3]):
+        memo.put(key, n)  # the third put ages keys 0 and 1
+    assert memo.get(keys[0]) == 0  # used while old: copied back to the young generation
+    memo.put(keys[3], 3)  # ages keys 2 and 0; key 1, unused since it aged, is dropped
+    assert [memo.get(key) for key in keys] == [0, None, 2, 3]
+    assert len(memo) <= 4
+    with pytest.raises(ValueError, match="capacity"):
+        BlockHashMemo(1)
+
+
+def test_readmitted_call_does_not_rehash_its_old_blocks(counted):
+    mgr = KVCacheManager(16, BLOCK, enable_prefix_caching=True)
+    tokens = list(range(100, 110))
+    prefill(mgr, "a", tokens)
+    assert counted == [tuple(tokens[0:4]), tuple(tokens[4:8])]
+    mgr.free("a", owner="program", rank=1.0)  # preempted, its KV kept in the prefix cache
+    tokens += [7, 8, 9]  # it had generated more before the preemption
+    assert mgr.match_prefix("a", tokens) == 8
+    assert mgr.allocate("a", len(tokens))
+    mgr.cache_blocks("a", tokens, len(tokens))
+    assert counted[2:] == [tuple(tokens[8:12])]  # only the block it had not filled before
+    assert mgr._calls["a"].hashes == scratch_hashes(tokens)
+    mgr.check_integrity()
+
+
+def test_next_call_of_a_program_hashes_only_its_new_blocks(counted):
+    mgr = KVCacheManager(16, BLOCK, enable_prefix_caching=True)
+    history = list(range(100, 113))
+    prefill(mgr, "first", history)
+    mgr.free("first", owner="program")
+    hashed = len(counted)
+    history += list(range(200, 206))
+    assert prefill(mgr, "second", history) == 12
+    assert counted[hashed:] == [tuple(history[12:16])]
+    mgr.check_integrity()
