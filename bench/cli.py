@@ -133,7 +133,8 @@ def _replicas_text(multi: dict[str, Any]) -> str:
     events = ", KV events" if multi.get("kv_events") else ""
     speeds = (f", speeds {','.join(f'{v:g}' for v in multi['replica_speeds'])}"
               if multi.get("replica_speeds") else "")
-    return f", on {multi['replicas']} replicas behind {multi['placement']}{cutoff}{events}{speeds}"
+    return (f", on {multi['replicas']} replicas behind {multi['placement']}{cutoff}{events}"
+            f"{speeds}")
 
 
 def _sim(args: argparse.Namespace) -> None:

@@ -90,7 +90,7 @@ def make_placement(name: PlacementSpec, cutoff: int | str = DEFAULT_CUTOFF,
         raise ValueError(f"placement {cls.name or cls.__name__}: {exc}") from exc
 
 
-__all__ = ["ADAPTIVE_OPTIONS", "DEFAULT_CUTOFF", "DEFAULT_PLACEMENT", "PLACEMENTS", "AdaptiveCutoff",
-           "AgentixPlacement", "CallOutcome", "CostPlacement", "LeastLoadedPlacement", "PinnedPlacement",
-           "Placement", "PlacementRequest", "PlacementSpec", "PrefixAwarePlacement",
+__all__ = ["ADAPTIVE_OPTIONS", "DEFAULT_CUTOFF", "DEFAULT_PLACEMENT", "PLACEMENTS",
+           "AdaptiveCutoff", "AgentixPlacement", "CallOutcome", "CostPlacement",
+           "LeastLoadedPlacement", "PinnedPlacement", "Placement", "PlacementRequest", "PlacementSpec", "PrefixAwarePlacement",
            "ReplicaLoad", "RoundRobinPlacement", "healthy", "least_loaded", "make_placement"]

@@ -13,8 +13,9 @@ computed from the sizes of finished programs (see `scheduler.gittins`).
   queue grows; program FCFS finishes programs soonest. See bench/RESULTS.md.)
 - The index is binned into the scheduler's levels by its log range over every class's
   table (highest index at level 0; one range, so classes compare), so quanta, priority
-  preemption, anti-starvation and the retention ranks work unchanged. A call moves up as soon as its index rises (alike programs: the most-served goes first,
-  program FCFS) and down once it has used its level's quantum (heavy tails: LAS).
+  preemption, anti-starvation and the retention ranks work unchanged. A call moves up as
+  soon as its index rises (alike programs: the most-served goes first, program FCFS) and
+  down once it has used its level's quantum (heavy tails: LAS).
 - Inside a level, calls go in their program's start order, then arrival order (program
   FCFS). Ordering them by their program's index at arrival instead (tried in session 4)
   won on replayed bursts but lost ShareGPT's steady state at 8 programs/s (one long

@@ -48,7 +48,8 @@ def test_a_program_stays_where_its_history_is_while_that_is_cheaper():
 
 
 def test_load_weight_trades_locality_for_load():
-    local = CostPlacement(load_weight=0.0, queue_weight=0)    # prefix_aware: the hit wins whatever the load
+    # all weights 0 is prefix_aware: the hit wins whatever the load
+    local = CostPlacement(load_weight=0.0, queue_weight=0)
     balanced = CostPlacement(load_weight=10.0, queue_weight=0)
     for placement in (local, balanced):
         assert placement.place(call("p", 10), loads(0, 0)) == 0
