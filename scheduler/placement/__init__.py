@@ -42,7 +42,7 @@ PLACEMENTS = MappingProxyType({p.name: p for p in (
 PlacementSpec = str | type[Placement]
 
 # What the router and the multi-engine simulator use when none is named: the queue-priced
-# placement, which tied or beat every other where measured (bench/RESULTS.md, "The
+# placement, the best or within 1% of the best wherever measured (bench/RESULTS.md, "The
 # queue-priced placement").
 DEFAULT_PLACEMENT = "cost"
 
