@@ -62,7 +62,8 @@ def make_placement(name: PlacementSpec, cutoff: int | str = DEFAULT_CUTOFF,
     `cutoff` (a non-negative int, or "auto" for the adaptive cutoff of `cutoff.py`) is used
     by `agentix` only, validated for every policy; with "auto", `options` are the
     `AdaptiveCutoff` keywords. Other policies take the options their class lists in
-    `options` (`prefix_aware`: blocks_per_replica, max_load_gap; `cost`: load_weight, queue_weight).
+    `options` (`prefix_aware`: blocks_per_replica, max_load_gap; `cost`: load_weight,
+    queue_weight).
     ValueError names a bad
     name, cutoff or option.
     """
@@ -92,5 +93,6 @@ def make_placement(name: PlacementSpec, cutoff: int | str = DEFAULT_CUTOFF,
 
 __all__ = ["ADAPTIVE_OPTIONS", "DEFAULT_CUTOFF", "DEFAULT_PLACEMENT", "PLACEMENTS",
            "AdaptiveCutoff", "AgentixPlacement", "CallOutcome", "CostPlacement",
-           "LeastLoadedPlacement", "PinnedPlacement", "Placement", "PlacementRequest", "PlacementSpec", "PrefixAwarePlacement",
+           "LeastLoadedPlacement", "PinnedPlacement", "Placement", "PlacementRequest",
+           "PlacementSpec", "PrefixAwarePlacement",
            "ReplicaLoad", "RoundRobinPlacement", "healthy", "least_loaded", "make_placement"]

@@ -19,9 +19,9 @@ must pay for itself many times over.
 
 Measured (bench/RESULTS.md, "The queue-priced placement"): the defaults (0, 0.02) tie or beat
 `prefix_aware` on ShareGPT and mixed (1% behind on a LATS burst) and beat it clearly when one
-replica is slow;
-`load_weight` 0.05 with `queue_weight` 0 is the earlier rule. Ties: fewer load tokens, then
-the lowest index. O(#block_hashes + #replicas * log #block_hashes) per call, amortized.
+replica is slow; `load_weight` 0.05 with `queue_weight` 0 is the earlier rule. Ties: fewer
+load tokens, then the lowest index. O(#block_hashes + #replicas * log #block_hashes) per
+call, amortized.
 """
 
 from __future__ import annotations
