@@ -51,7 +51,7 @@ from scheduler.placement import (DEFAULT_CUTOFF, DEFAULT_PLACEMENT, CallOutcome,
                                  PlacementRequest, ReplicaLoad, make_placement)
 
 from bench.cost_model import CostModel
-from bench.sim_executor import SimulatedExecutor, VirtualClock
+from bench.sim_executor import SimulatedExecutor, VirtualClock, is_speed
 from bench.simulate import (Driver, EarlyStop, PromptMaker, SimResult, _Program, sim_engine,
                             sim_engine_config)
 from bench.trace import Trace, TraceCall
@@ -352,8 +352,7 @@ def _speeds(replica_speeds: Sequence[float] | None, replicas: int) -> tuple[floa
     if replica_speeds is None:
         return (1.0,) * replicas
     speeds = tuple(replica_speeds)
-    if len(speeds) != replicas or not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in speeds):
+    if len(speeds) != replicas or not all(map(is_speed, speeds)):
         raise ValueError(f"replica_speeds: need {replicas} numbers > 0, got {replica_speeds!r}")
     return speeds
 

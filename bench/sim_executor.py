@@ -38,6 +38,11 @@ class VirtualClock:
             self.now = t
 
 
+def is_speed(value: object) -> bool:
+    """Whether `value` is a valid relative speed: a number (not a bool) > 0."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
 class SimulatedExecutor:
     """Executes plans by advancing `clock` by `cost_model`'s step time plus the swap time.
 
@@ -58,7 +63,7 @@ class SimulatedExecutor:
     def __init__(self, cost_model: CostModel, clock: VirtualClock, block_size: int = 16,
                  next_token: Callable[[Sequence[int]], int] | None = None,
                  speed: float = 1.0) -> None:
-        if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not speed > 0:
+        if not is_speed(speed):
             raise ValueError(f"speed must be a number > 0, got {speed!r}")
         self.cost_model = cost_model
         self.speed = float(speed)

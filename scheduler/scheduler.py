@@ -716,7 +716,7 @@ def _token_counts(chunks: Sequence[ScheduledChunk]) -> tuple[int, int]:
     prefill = total = 0
     for chunk in chunks:
         total += chunk.num_tokens
-        if not (chunk.num_tokens == 1 and chunk.samples):  # not chunk.is_decode
+        if not chunk.is_decode:
             prefill += chunk.num_tokens
     return prefill, total
 

@@ -4,6 +4,7 @@ exactly the hashes computed from scratch, and nothing is kept past its bound."""
 import random
 
 import pytest
+from test_kv_host_tier import prefill
 
 import kvcache.manager
 from kvcache import KVCacheManager
@@ -18,14 +19,6 @@ def scratch_hashes(tokens: list[int]) -> list[int]:
     for start in range(0, len(tokens) - BLOCK + 1, BLOCK):
         hashes.append(hash_block(hashes[-1] if hashes else None, tokens[start:start + BLOCK]))
     return hashes
-
-
-def prefill(mgr: KVCacheManager, call_id: str, tokens: list[int]) -> int:
-    """What the engine does for a new call: match, allocate the rest, compute, cache."""
-    hit = mgr.match_prefix(call_id, tokens)
-    assert mgr.allocate(call_id, len(tokens))
-    mgr.cache_blocks(call_id, tokens, len(tokens))
-    return hit
 
 
 @pytest.fixture
