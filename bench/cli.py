@@ -76,11 +76,11 @@ def _add_replica_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"placement policy across replicas (default {DEFAULT_PLACEMENT} "
                              "when --replicas > 1)")
     parser.add_argument("--cutoff", type=parse_cutoff, default=DEFAULT_CUTOFF,
-                        help=f"the agentix placement's prompt-length cutoff in tokens, or "
+                        help=f"the cutoff placement's prompt-length cutoff in tokens, or "
                              f"'auto' (adaptive; default {DEFAULT_CUTOFF})")
     parser.add_argument("--placement-option", action="append", default=[],
                         type=_placement_option, metavar="NAME=VALUE",
-                        help="an option of the placement (e.g. queue_weight=0.02 for cost; "
+                        help="an option of the placement (e.g. queue_weight=0.02 for agentix; "
                              "repeatable; see scheduler/placement/)")
 
 
@@ -126,10 +126,10 @@ def _speed_list(text: str) -> tuple[float, ...]:
 
 
 def _replicas_text(multi: dict[str, Any]) -> str:
-    """", on 4 replicas behind least_loaded" (the cutoff too for agentix); "" for one engine."""
+    """", on 4 replicas behind least_loaded" (and the cutoff for `cutoff`); "" for one engine."""
     if not multi:
         return ""
-    cutoff = f" (cutoff {multi['cutoff']})" if multi["placement"] == "agentix" else ""
+    cutoff = f" (cutoff {multi['cutoff']})" if multi["placement"] == "cutoff" else ""
     events = ", KV events" if multi.get("kv_events") else ""
     speeds = (f", speeds {','.join(f'{v:g}' for v in multi['replica_speeds'])}"
               if multi.get("replica_speeds") else "")

@@ -293,7 +293,7 @@ class MultiDriver(Driver):
 
 
 def simulate_replicas(trace: Trace, policy: str, replicas: int = 2,
-                      placement: str | Placement = "agentix", preset: str = "a100-80g",
+                      placement: str | Placement = "cutoff", preset: str = "a100-80g",
                       model: str = "llama-3.1-8b",
                       engine_overrides: dict[str, Any] | None = None,
                       cutoff: int | str = DEFAULT_CUTOFF, cost_model: CostModel | None = None,
@@ -304,7 +304,7 @@ def simulate_replicas(trace: Trace, policy: str, replicas: int = 2,
     as `simulate()` configures its one) behind `placement`: a policy name
     (`scheduler.placement.make_placement(name, cutoff=cutoff, **placement_options)`) or a
     fresh `Placement` instance (then `cutoff` and `placement_options` are unused). The
-    adaptive cutoff (`agentix`, cutoff "auto") gets the cost model's prefill rate unless
+    adaptive cutoff (`cutoff`, cutoff "auto") gets the cost model's prefill rate unless
     `placement_options` give one.
 
     The result is a `SimResult` like `simulate()`'s: the driver's per-call and per-program
@@ -327,7 +327,7 @@ def simulate_replicas(trace: Trace, policy: str, replicas: int = 2,
     config = sim_engine_config(trace, policy, cost, engine_overrides)
     if isinstance(placement, str):
         options = dict(placement_options or {})
-        if placement == "agentix" and cutoff == "auto":  # the adaptive cutoff's prefill rate
+        if placement == "cutoff" and cutoff == "auto":  # the adaptive cutoff's prefill rate
             options.setdefault("prefill_tokens_per_second", cost.prefill_tokens_per_second)
         placement = make_placement(placement, cutoff, **options)
     elif not isinstance(placement, Placement):

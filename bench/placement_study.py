@@ -12,7 +12,7 @@ target. Searches run in `--jobs` worker processes.
     capacity   every placement x workload at --replicas (default 4)
     scaling    each variant at 1, 2, 4 and 8 replicas on mixed, programs scaled with replicas:
                capacity, or the run at --per-replica-rate x replicas
-    cutoff     agentix at cutoffs 256 to 16,384 and auto, at a given rate per workload
+    cutoff     the cutoff rule at cutoffs 256 to 16,384 and auto, at a given rate per workload
 
 Writes `<out>/<study>.json` (every run) and prints a markdown table.
 """
@@ -32,10 +32,10 @@ from bench.sweep import SweepPoint, capacity, generate_trace, latency_target, me
 from scheduler.placement import make_placement
 
 POLICY = "atlas"
-VARIANTS = {"agentix": ("agentix", 2048), "agentix-auto": ("agentix", "auto"),
+VARIANTS = {"cutoff": ("cutoff", 2048), "cutoff-auto": ("cutoff", "auto"),
             "round_robin": ("round_robin", 2048), "least_loaded": ("least_loaded", 2048),
             "pinned": ("pinned", 2048), "prefix_aware": ("prefix_aware", 2048),
-            "cost": ("cost", 2048)}
+            "agentix": ("agentix", 2048)}
 PROGRAMS = {"mixed": 200, "sharegpt": 400, "lats": 60}
 START_RATE = {"mixed": 16.0, "sharegpt": 24.0, "lats": 4.0}
 CUTOFFS = (256, 512, 1024, 2048, 4096, 8192, 16384)
@@ -149,7 +149,7 @@ def scaling_study(args: argparse.Namespace, pool: ProcessPoolExecutor) -> dict:
 
 def cutoff_study(args: argparse.Namespace, pool: ProcessPoolExecutor) -> dict:
     rates = dict(zip(args.workloads, args.rates))
-    jobs = {(w, c): pool.submit(run_one, w, args.programs or PROGRAMS[w], "agentix",
+    jobs = {(w, c): pool.submit(run_one, w, args.programs or PROGRAMS[w], "cutoff",
                                 args.replicas, rates[w], c)
             for w in args.workloads for c in (*CUTOFFS, "auto")}
     out: dict = {}
@@ -162,7 +162,7 @@ def cutoff_study(args: argparse.Namespace, pool: ProcessPoolExecutor) -> dict:
 def capacity_table(out: dict) -> str:
     variants = list(next(iter(out.values()))["variants"])
     lines = ["| workload (target s/token) | " + " | ".join(variants)
-             + " | agentix vs round_robin / least_loaded / prefix_aware | auto vs fixed |",
+             + " | cutoff vs round_robin / least_loaded / prefix_aware | auto vs fixed |",
              "|" + " --- |" * (len(variants) + 3)]
     for workload, entry in out.items():
         v = entry["variants"]
@@ -177,9 +177,9 @@ def capacity_table(out: dict) -> str:
 
         lines.append(f"| {workload} ({entry['target']:.4f}) | "
                      + " | ".join(cell(n) for n in variants) + " | "
-                     + " / ".join(ratio("agentix", b) for b in
+                     + " / ".join(ratio("cutoff", b) for b in
                                   ("round_robin", "least_loaded", "prefix_aware"))
-                     + f" | {ratio('agentix-auto', 'agentix')} |")
+                     + f" | {ratio('cutoff-auto', 'cutoff')} |")
     return "\n".join(lines)
 
 

@@ -1,10 +1,10 @@
 """Two real replicas behind the router on this machine, driven in real time by the gRPC run's
-client: placement `agentix` against `round_robin` (`python -m bench.router_run`).
+client: placement `cutoff` against `round_robin` (`python -m bench.router_run`).
 
 For each placement a fresh `agentix serve --replicas 2 --placement P` (a subprocess: the
 router and two replica processes, ATLAS, SmolLM2 on the CPU, one torch thread each) serves
 the scaled-down mixed trace of `bench.grpc_run` (with its tool delays), played by
-`bench.grpc_run.drive`. Lengths are divided by `--scale`, so the agentix cutoff is too
+`bench.grpc_run.drive`. Lengths are divided by `--scale`, so the `cutoff` rule's cutoff is too
 (2,048 / scale tokens): the rule sees the same calls as long or short as at full size.
 Reported per placement: the program-level normalized latency (mean, P95) and the cache-hit
 rate (1 - prefill computed / prompt tokens, from every call's usage).
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_real_run_arguments(parser, programs=36, rate=0.75, policies=["atlas"])
-    parser.add_argument("--placements", default="agentix,round_robin",
+    parser.add_argument("--placements", default="cutoff,round_robin",
                         type=lambda s: s.split(","))
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args(argv)

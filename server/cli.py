@@ -298,7 +298,7 @@ def _add_placement_flags(parser: argparse.ArgumentParser, prefix: str = "") -> N
     parser.add_argument("--placement", choices=PLACEMENT_NAMES, default=DEFAULT_PLACEMENT,
                         help=f"{prefix}which replica a call goes to (scheduler/placement/)")
     parser.add_argument("--cutoff", type=parse_cutoff, default=2048, metavar="N|auto",
-                        help=f"{prefix}the agentix placement's prompt-token cutoff: shorter "
+                        help=f"{prefix}the cutoff placement's prompt-token cutoff: shorter "
                              f"calls go to the least-loaded replica, longer ones to their "
                              f"program's pinned replica ('auto': adapted from observed cache "
                              f"hits and queue times)")

@@ -23,9 +23,9 @@ try:  # the placement registry (scheduler/placement/__init__.py), torch-free
     from scheduler.placement import PLACEMENTS as _PLACEMENTS
     PLACEMENT_NAMES: tuple[str, ...] = tuple(_PLACEMENTS)
 except ImportError:
-    PLACEMENT_NAMES = ("agentix", "round_robin", "least_loaded", "pinned", "prefix_aware",
-                       "cost")
-    DEFAULT_PLACEMENT = "cost"
+    PLACEMENT_NAMES = ("agentix", "cutoff", "round_robin", "least_loaded", "pinned",
+                       "prefix_aware")
+    DEFAULT_PLACEMENT = "agentix"
 
 
 class UsageError(Exception):

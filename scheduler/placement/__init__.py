@@ -3,18 +3,19 @@ one place they are registered.
 
 | policy | a call goes to |
 | --- | --- |
-| agentix | prompt <= cutoff (2,048): the least-loaded replica; longer: its program's pin |
+| agentix | the least expected work before its first token: queued prefill + its own after the hit |
+| cutoff | prompt <= cutoff (2,048): the least-loaded replica; longer: its program's pin |
 | round_robin | the next healthy replica by index, in turn |
 | least_loaded | the replica with the fewest `load_tokens` |
 | pinned | its program's pin (session affinity) |
 | prefix_aware | the replica with the longest expected prefix hit, then the least loaded |
-| cost | the least expected work before its first token: queued prefill plus its own after the hit |
 
 Load is `ReplicaLoad.load_tokens`: what a replica reports in EngineStats as its running
 calls' tokens (their KV) plus its queued calls' tokens still to compute. A pin is set at a
 program's first call to the least-loaded healthy replica and moves when that replica is lost
 or unhealthy (`pins.py`). Only healthy replicas are chosen; none healthy is a ValueError.
-Ties go to the lowest replica index; everything is deterministic.
+Ties go to the lowest replica index; everything is deterministic. `agentix`, the queue-priced
+rule, is the default (`DEFAULT_PLACEMENT`); `cutoff` is the paper's rule, kept for comparison.
 
 A new policy is one `Placement` subclass in one new file, added to `PLACEMENTS` below; code
 that only needs to run one can pass the class itself to `make_placement`.
@@ -25,26 +26,26 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any
 
-from scheduler.placement.agentix import AgentixPlacement
+from scheduler.placement.adaptive_cutoff import ADAPTIVE_OPTIONS, DEFAULT_CUTOFF, AdaptiveCutoff
 from scheduler.placement.base import (CallOutcome, Placement, PlacementRequest, ReplicaLoad,
                                       healthy, least_loaded)
-from scheduler.placement.cost import CostPlacement
-from scheduler.placement.cutoff import ADAPTIVE_OPTIONS, DEFAULT_CUTOFF, AdaptiveCutoff
+from scheduler.placement.cutoff_rule import CutoffPlacement
 from scheduler.placement.least_loaded import LeastLoadedPlacement
 from scheduler.placement.pinned import PinnedPlacement
 from scheduler.placement.prefix_aware import PrefixAwarePlacement
+from scheduler.placement.queue_priced import QueuePricedPlacement
 from scheduler.placement.round_robin import RoundRobinPlacement
 
 PLACEMENTS = MappingProxyType({p.name: p for p in (
-    AgentixPlacement, RoundRobinPlacement, LeastLoadedPlacement, PinnedPlacement,
-    PrefixAwarePlacement, CostPlacement)})
+    QueuePricedPlacement, CutoffPlacement, RoundRobinPlacement, LeastLoadedPlacement,
+    PinnedPlacement, PrefixAwarePlacement)})
 
 PlacementSpec = str | type[Placement]
 
 # What the router and the multi-engine simulator use when none is named: the queue-priced
 # placement, the best or within 1% of the best wherever measured (bench/RESULTS.md, "The
 # queue-priced placement").
-DEFAULT_PLACEMENT = "cost"
+DEFAULT_PLACEMENT = "agentix"
 
 
 def _check_options(policy: str, options: dict[str, Any], allowed: tuple[str, ...],
@@ -59,10 +60,10 @@ def make_placement(name: PlacementSpec, cutoff: int | str = DEFAULT_CUTOFF,
                    **options: Any) -> Placement:
     """A fresh placement from a registered name (or a Placement class).
 
-    `cutoff` (a non-negative int, or "auto" for the adaptive cutoff of `cutoff.py`) is used
-    by `agentix` only, validated for every policy; with "auto", `options` are the
+    `cutoff` (a non-negative int, or "auto" for the adaptive cutoff of `adaptive_cutoff.py`)
+    is used by `cutoff` only, validated for every policy; with "auto", `options` are the
     `AdaptiveCutoff` keywords. Other policies take the options their class lists in
-    `options` (`prefix_aware`: blocks_per_replica, max_load_gap; `cost`: load_weight,
+    `options` (`prefix_aware`: blocks_per_replica, max_load_gap; `agentix`: load_weight,
     queue_weight).
     ValueError names a bad
     name, cutoff or option.
@@ -79,12 +80,12 @@ def make_placement(name: PlacementSpec, cutoff: int | str = DEFAULT_CUTOFF,
         raise ValueError(f"placement: cutoff must be a non-negative int or 'auto', "
                          f"got {cutoff!r}")
     try:
-        if cls is AgentixPlacement:
+        if cls is CutoffPlacement:
             if not auto:
                 _check_options(cls.name, options, (), " (adaptive options need cutoff='auto')")
-                return AgentixPlacement(cutoff)
+                return CutoffPlacement(cutoff)
             _check_options(cls.name, options, ADAPTIVE_OPTIONS)
-            return AgentixPlacement(AdaptiveCutoff(**options))
+            return CutoffPlacement(AdaptiveCutoff(**options))
         _check_options(cls.name or cls.__name__, options, cls.options)
         return cls(**options)
     except TypeError as exc:   # an option of the wrong type
@@ -92,7 +93,7 @@ def make_placement(name: PlacementSpec, cutoff: int | str = DEFAULT_CUTOFF,
 
 
 __all__ = ["ADAPTIVE_OPTIONS", "DEFAULT_CUTOFF", "DEFAULT_PLACEMENT", "PLACEMENTS",
-           "AdaptiveCutoff", "AgentixPlacement", "CallOutcome", "CostPlacement",
-           "LeastLoadedPlacement", "PinnedPlacement", "Placement", "PlacementRequest",
-           "PlacementSpec", "PrefixAwarePlacement",
-           "ReplicaLoad", "RoundRobinPlacement", "healthy", "least_loaded", "make_placement"]
+           "AdaptiveCutoff", "CallOutcome", "CutoffPlacement", "LeastLoadedPlacement",
+           "PinnedPlacement", "Placement", "PlacementRequest", "PlacementSpec",
+           "PrefixAwarePlacement", "QueuePricedPlacement", "ReplicaLoad", "RoundRobinPlacement",
+           "healthy", "least_loaded", "make_placement"]

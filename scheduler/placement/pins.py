@@ -1,4 +1,4 @@
-"""Program -> replica pins, shared by the `pinned` and `agentix` policies.
+"""Program -> replica pins, shared by the `pinned` and `cutoff` policies.
 
 A program is pinned at its first call to the least-loaded healthy replica. The pin moves
 (again to the least-loaded healthy replica) at the program's next call when its replica was

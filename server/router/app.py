@@ -4,7 +4,7 @@ OpenAI door (uvicorn, server/router/http_backend.py), one health/stats poller pe
 and the TTL expiry of the router's program records.
 
     running = start_router(RouterOptions(replicas=("127.0.0.1:50051", "127.0.0.1:50052"),
-                                         placement="cost"))
+                                         placement="agentix"))
     ... running.address ...
     running.stop()      # NOT_SERVING, refuse new work, let calls finish (grace), stop
 

@@ -259,7 +259,7 @@ def test_bad_arguments_name_the_problem():
     with pytest.raises(ValueError, match="placement"):
         simulate_replicas(trace, "atlas", 2, "nope")
     with pytest.raises(ValueError, match="cutoff"):
-        simulate_replicas(trace, "atlas", 2, "agentix", cutoff=-1)
+        simulate_replicas(trace, "atlas", 2, "cutoff", cutoff=-1)
 
     class Wrong(Placement):
         def place(self, call, loads):
@@ -271,10 +271,10 @@ def test_bad_arguments_name_the_problem():
 
 def test_replica_options():
     assert replica_options() == {} and replica_options(1, None, "auto") == {}
-    assert replica_options(2) == dict(replicas=2, placement="cost", cutoff=2048)
+    assert replica_options(2) == dict(replicas=2, placement="agentix", cutoff=2048)
     assert replica_options(1, "pinned") == dict(replicas=1, placement="pinned", cutoff=2048)
     assert replica_options(2, kv_events=True, replica_speeds=[1, 0.5]) == dict(
-        replicas=2, placement="cost", cutoff=2048, kv_events=True, replica_speeds=(1, 0.5))
+        replicas=2, placement="agentix", cutoff=2048, kv_events=True, replica_speeds=(1, 0.5))
     with pytest.raises(ValueError, match="need replicas > 1 or a placement"):
         replica_options(1, kv_events=True)
     for bad in ([1.0], [1.0, 0.0], [1.0, True], [1.0, "x"]):
@@ -298,8 +298,8 @@ def test_a_replica_at_half_speed_takes_two_seconds_a_step():
 
 def test_adaptive_cutoff_runs():
     trace = mixed.generate(3, seed=1, rate=2.0)
-    result = simulate_replicas(trace, "atlas", 2, "agentix", cutoff="auto")
-    assert len(result.programs) == 3 and result.extra["placement"] == "agentix"
+    result = simulate_replicas(trace, "atlas", 2, "cutoff", cutoff="auto")
+    assert len(result.programs) == 3 and result.extra["placement"] == "cutoff"
 
 
 # ----- the command line -------------------------------------------------------------------
@@ -317,9 +317,9 @@ def test_cli_sim_with_replicas_prints_the_placement_figures(capsys):
     assert sum(r["calls"] for r in out["per_replica"]) == out["num_calls"]
     cli.main(args + ["--json"])  # one engine: no placement keys
     assert "cache_hit_rate" not in json.loads(capsys.readouterr().out)
-    cli.main(args + ["--replicas", "2", "--placement", "agentix", "--cutoff", "auto"])
+    cli.main(args + ["--replicas", "2", "--placement", "cutoff", "--cutoff", "auto"])
     text = capsys.readouterr().out
-    assert "on 2 replicas behind agentix (cutoff auto)" in text
+    assert "on 2 replicas behind cutoff (cutoff auto)" in text
     assert "replica 1" in text and "prefix cache" in text
 
 
@@ -372,7 +372,7 @@ def test_cli_kv_events_and_speeds_are_checked(tmp_path, capsys):
     assert "--replica-speeds" in capsys.readouterr().err
     cli.main(["sim", *base, "--rate", "1", "--replicas", "2", "--kv-events",
               "--replica-speeds", "1,0.5"])
-    assert "on 2 replicas behind cost, KV events, speeds 1,0.5" in \
+    assert "on 2 replicas behind agentix, KV events, speeds 1,0.5" in \
         capsys.readouterr().out
 
 

@@ -14,16 +14,16 @@ def run(variant: str, rate: float, latency: float, hit: float) -> Run:
 
 
 def test_one_run_reports_the_cache_hit_rate_and_the_adaptive_cutoff():
-    fixed = run_one("mixed", 8, "agentix", 2, rate=4.0)
-    auto = run_one("mixed", 8, "agentix-auto", 2, rate=4.0)
+    fixed = run_one("mixed", 8, "cutoff", 2, rate=4.0)
+    auto = run_one("mixed", 8, "cutoff-auto", 2, rate=4.0)
     assert fixed.programs_completed == auto.programs_completed == 8
     assert 0.0 < fixed.cache_hit_rate < 1.0 and fixed.final_cutoff == 2048
     assert 256 <= auto.final_cutoff <= 16384
 
 
 def test_summary_interpolates_the_capacity_and_takes_the_fastest_meeting_run():
-    runs = [run("agentix", 4.0, 0.05, 0.9), run("agentix", 8.0, 0.08, 0.85),
-            run("agentix", 16.0, 0.2, 0.7)]
+    runs = [run("cutoff", 4.0, 0.05, 0.9), run("cutoff", 8.0, 0.08, 0.85),
+            run("cutoff", 16.0, 0.2, 0.7)]
     summary = summarize(runs, target=0.1)
     assert summary["cache_hit_rate"] == 0.85
     # log-log interpolation between (8, 0.08) and (16, 0.2) at 0.1
@@ -37,8 +37,8 @@ def test_table_gives_ratios_against_the_baselines():
         return {"capacity": c, "cache_hit_rate": 0.5, "final_cutoff": None}
 
     out = {"mixed": {"target": 0.1, "variants": {
-        "agentix": entry(14.0), "round_robin": entry(10.0), "least_loaded": entry(7.0),
-        "prefix_aware": entry(14.0), "agentix-auto": entry(15.4)}}}
+        "cutoff": entry(14.0), "round_robin": entry(10.0), "least_loaded": entry(7.0),
+        "prefix_aware": entry(14.0), "cutoff-auto": entry(15.4)}}}
     row = capacity_table(out).splitlines()[-1]
     assert "1.40x / 2.00x / 1.00x" in row and row.endswith("| 1.10x |")
 

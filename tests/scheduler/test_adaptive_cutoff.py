@@ -1,4 +1,4 @@
-"""The adaptive cutoff (scheduler/placement/cutoff.py) on scripted outcome sequences.
+"""The adaptive cutoff (scheduler/placement/adaptive_cutoff.py) on scripted outcome sequences.
 
 Program "p" is pinned to replica 0. A home call there (1,000 prompt tokens, 900 cached,
 queue 1.0 s) sets its home hit ratio 0.9 and replica 0's queue time 1.0 s. Away calls run on
@@ -133,8 +133,8 @@ def test_unscored_outcomes():
     assert c.observe("p", 0, CallOutcome(1, 1000, 0, 1.0)) == 1722
 
 
-def test_agentix_follows_the_adaptive_cutoff():
-    p = make_placement("agentix", cutoff="auto", window=2, prefill_tokens_per_second=1000.0)
+def test_the_cutoff_rule_follows_the_adaptive_cutoff():
+    p = make_placement("cutoff", cutoff="auto", window=2, prefill_tokens_per_second=1000.0)
 
     def ld(a: int, b: int) -> list[ReplicaLoad]:
         return [ReplicaLoad(0, running_tokens=a), ReplicaLoad(1, running_tokens=b)]

@@ -12,10 +12,11 @@ import pytest
 
 from kvcache.cache_events import wire_hash
 from kvcache.prefix_hash import hash_block
-from scheduler.placement import (PLACEMENTS, AdaptiveCutoff, AgentixPlacement,
-                                 LeastLoadedPlacement, PinnedPlacement, Placement,
-                                 PlacementRequest, PrefixAwarePlacement, ReplicaLoad,
-                                 RoundRobinPlacement, make_placement)
+from scheduler.placement import (DEFAULT_PLACEMENT, PLACEMENTS, AdaptiveCutoff,
+                                 CutoffPlacement, LeastLoadedPlacement, PinnedPlacement,
+                                 Placement, PlacementRequest, PrefixAwarePlacement,
+                                 QueuePricedPlacement, ReplicaLoad, RoundRobinPlacement,
+                                 make_placement)
 
 
 def loads(*tokens: int | None, blocks: int = 100) -> list[ReplicaLoad]:
@@ -82,8 +83,8 @@ def test_pinned_affinity_repin_and_end():
     assert len(p.pins) == 2
 
 
-def test_agentix_cutoff_rule_scripted():
-    p = AgentixPlacement()
+def test_cutoff_rule_scripted():
+    p = CutoffPlacement()
     assert p.cutoff == 2048
     script = [  # (program, prompt, loads, expected replica)
         ("a", 4000, loads(100, 50, 80), 1),        # a pinned to 1 (least loaded); long -> pin
@@ -107,11 +108,11 @@ def test_agentix_cutoff_rule_scripted():
     assert p.place(call("b", 4000), loads(0, 500, 100)) == 0   # fresh pin
 
 
-def test_agentix_other_cutoffs():
-    zero = AgentixPlacement(cutoff=0)           # every call is long: pure affinity
+def test_cutoff_rule_other_cutoffs():
+    zero = CutoffPlacement(cutoff=0)           # every call is long: pure affinity
     assert zero.place(call("a", 1), loads(5, 0)) == 1
     assert zero.place(call("a", 1), loads(0, 5)) == 1
-    big = make_placement("agentix", cutoff=10_000)
+    big = make_placement("cutoff", cutoff=10_000)
     assert big.place(call("a", 9000), loads(5, 0)) == 1
     assert big.place(call("a", 9000), loads(0, 5)) == 0
     assert big.place(call("a", 10_001), loads(0, 5)) == 1
@@ -230,16 +231,17 @@ def test_deterministic(name):
 
 
 def test_registry():
-    assert set(PLACEMENTS) == {"agentix", "round_robin", "least_loaded", "pinned",
-                               "prefix_aware", "cost"}
+    assert set(PLACEMENTS) == {"agentix", "cutoff", "round_robin", "least_loaded", "pinned",
+                               "prefix_aware"}
+    assert DEFAULT_PLACEMENT == "agentix" and PLACEMENTS["agentix"] is QueuePricedPlacement
     with pytest.raises(TypeError):
         PLACEMENTS["x"] = RoundRobinPlacement           # type: ignore[index]
     for name, cls in PLACEMENTS.items():
         assert cls.name == name and issubclass(cls, Placement)
         assert type(make_placement(name)) is cls
-    fixed = make_placement("agentix", cutoff=1000)
+    fixed = make_placement("cutoff", cutoff=1000)
     assert fixed.cutoff == 1000 and fixed.adaptive is None
-    auto = make_placement("agentix", cutoff="auto", window=3, low=512)
+    auto = make_placement("cutoff", cutoff="auto", window=3, low=512)
     assert isinstance(auto.adaptive, AdaptiveCutoff)
     assert (auto.cutoff, auto.adaptive.window, auto.adaptive.low) == (2048, 3, 512)
     assert make_placement("round_robin", cutoff="auto").name == "round_robin"  # unused there
@@ -249,15 +251,16 @@ def test_registry():
 @pytest.mark.parametrize("args, kwargs, match", [
     (("nope",), {}, "nope"),
     ((42,), {}, "42"),
-    (("agentix",), {"cutoff": "fast"}, "fast"),
-    (("agentix",), {"cutoff": -1}, "-1"),
-    (("agentix",), {"cutoff": True}, "True"),
+    (("cutoff",), {"cutoff": "fast"}, "fast"),
+    (("cutoff",), {"cutoff": -1}, "-1"),
+    (("cutoff",), {"cutoff": True}, "True"),
     (("pinned",), {"cutoff": 2.5}, "2.5"),
-    (("agentix",), {"window": 4}, "window.*cutoff='auto'"),
-    (("agentix",), {"cutoff": "auto", "windw": 4}, "windw"),
-    (("agentix",), {"cutoff": "auto", "window": 0}, "window"),
-    (("agentix",), {"cutoff": "auto", "initial": 100}, "initial"),
-    (("agentix",), {"cutoff": "auto", "margin": "x"}, "agentix"),
+    (("cutoff",), {"window": 4}, "window.*cutoff='auto'"),
+    (("cutoff",), {"cutoff": "auto", "windw": 4}, "windw"),
+    (("cutoff",), {"cutoff": "auto", "window": 0}, "window"),
+    (("cutoff",), {"cutoff": "auto", "initial": 100}, "initial"),
+    (("cutoff",), {"cutoff": "auto", "margin": "x"}, "placement cutoff"),
+    (("cost",), {}, r"one of \['agentix', 'cutoff', .*got 'cost'"),   # the old name
     (("round_robin",), {"blocks_per_replica": 4}, "blocks_per_replica"),
     (("prefix_aware",), {"blocks": 4}, "blocks"),
     (("prefix_aware",), {"blocks_per_replica": 0}, "blocks_per_replica"),

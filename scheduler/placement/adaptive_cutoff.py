@@ -1,6 +1,6 @@
-"""The adaptive cutoff of the `agentix` placement (`--cutoff auto`).
+"""The adaptive cutoff of the `cutoff` placement (`--cutoff auto`).
 
-`agentix` sends a call of at most `cutoff` prompt tokens to the least-loaded replica and a
+`cutoff` sends a call of at most `cutoff` prompt tokens to the least-loaded replica and a
 longer one to its program's pinned replica. A short call that lands away from its pinned
 replica trades cache hits for queue time; this class watches both sides of that trade in the
 outcomes the replicas report (`usage.cached_tokens`, `usage.queue_seconds`) and moves the cutoff.
@@ -38,7 +38,7 @@ from __future__ import annotations
 from scheduler.placement.base import CallOutcome
 
 DEFAULT_CUTOFF = 2048
-# The keyword options of `AdaptiveCutoff` (what `make_placement("agentix", cutoff="auto")`
+# The keyword options of `AdaptiveCutoff` (what `make_placement("cutoff", cutoff="auto")`
 # accepts).
 ADAPTIVE_OPTIONS = ("initial", "low", "high", "step", "window", "margin", "min_seconds",
                     "prefill_tokens_per_second", "queue_alpha")

@@ -1,14 +1,14 @@
-"""The `cost` placement: exact decisions on scripted loads and cache states. A call goes
-where load x load_weight + queued tokens x queue_weight + its prefill after the expected hit
-(blocks sent there x block size) is least (mostly load_weight 1 and queue_weight 0 here, so
-the arithmetic is plain)."""
+"""The queue-priced placement (`agentix`): exact decisions on scripted loads and cache
+states. A call goes where load x load_weight + queued tokens x queue_weight + its prefill
+after the expected hit (blocks sent there x block size) is least (mostly load_weight 1 and
+queue_weight 0 here, so the arithmetic is plain)."""
 
 from __future__ import annotations
 
 import pytest
 
 from kvcache.prefix_hash import hash_block
-from scheduler.placement import CostPlacement, PlacementRequest, ReplicaLoad, make_placement
+from scheduler.placement import PlacementRequest, QueuePricedPlacement, ReplicaLoad, make_placement
 
 
 def loads(*tokens: int | None) -> list[ReplicaLoad]:
@@ -31,12 +31,12 @@ def call(program: str, blocks: int, prompt: int | None = None) -> PlacementReque
 
 
 def test_a_first_call_goes_to_the_least_loaded():
-    cost = CostPlacement(load_weight=1.0, queue_weight=0)
+    cost = QueuePricedPlacement(load_weight=1.0, queue_weight=0)
     assert cost.place(call("p", 4), loads(300, 200, 250)) == 1
 
 
 def test_a_program_stays_where_its_history_is_while_that_is_cheaper():
-    cost = CostPlacement(load_weight=1.0, queue_weight=0)
+    cost = QueuePricedPlacement(load_weight=1.0, queue_weight=0)
     assert cost.place(call("p", 10), loads(0, 0)) == 0         # 160 tokens sent to 0
     # Next call: 12 blocks, 10 of them cached on 0. On 0: 500 load + 32 prefill = 532;
     # on 1: 400 load + 192 prefill = 592.
@@ -49,8 +49,8 @@ def test_a_program_stays_where_its_history_is_while_that_is_cheaper():
 
 def test_load_weight_trades_locality_for_load():
     # all weights 0 is prefix_aware: the hit wins whatever the load
-    local = CostPlacement(load_weight=0.0, queue_weight=0)
-    balanced = CostPlacement(load_weight=10.0, queue_weight=0)
+    local = QueuePricedPlacement(load_weight=0.0, queue_weight=0)
+    balanced = QueuePricedPlacement(load_weight=10.0, queue_weight=0)
     for placement in (local, balanced):
         assert placement.place(call("p", 10), loads(0, 0)) == 0
     assert local.place(call("p", 12), loads(5000, 0)) == 0
@@ -58,7 +58,7 @@ def test_load_weight_trades_locality_for_load():
 
 
 def test_ties_go_to_fewer_load_tokens_then_the_lowest_index():
-    cost = CostPlacement(load_weight=1.0, queue_weight=0)
+    cost = QueuePricedPlacement(load_weight=1.0, queue_weight=0)
     assert cost.place(call("p", 0, prompt=50), loads(100, 100, None)) == 0
     # Replica 1 has 16 tokens cached and 16 more load: equal cost, fewer load tokens wins.
     cost.place(call("q", 1), loads(100, 0))
@@ -66,14 +66,14 @@ def test_ties_go_to_fewer_load_tokens_then_the_lowest_index():
 
 
 def test_a_lost_replica_forgets_what_was_sent_there():
-    cost = CostPlacement(load_weight=1.0, queue_weight=0)
+    cost = QueuePricedPlacement(load_weight=1.0, queue_weight=0)
     cost.place(call("p", 10), loads(0, 0))
     cost.replica_lost(0)
     assert cost.cost(call("p", 10), loads(0, 0)[0]) == 160
 
 
 def test_by_default_only_queued_tokens_count_at_one_fiftieth():
-    cost = make_placement("cost")
+    cost = make_placement("agentix")
     assert (cost.load_weight, cost.queue_weight) == (0.0, 0.02)
     assert cost.place(call("p", 10), loads(0, 0)) == 0         # 160 tokens sent to 0
     # Running KV is not priced: 10,000 running tokens on 0 do not move the call.
@@ -91,5 +91,5 @@ def test_by_default_only_queued_tokens_count_at_one_fiftieth():
 @pytest.mark.parametrize("name", ["load_weight", "queue_weight"])
 @pytest.mark.parametrize("bad", [-1, True, "x", float("nan")])
 def test_a_bad_weight_is_refused(name, bad):
-    with pytest.raises(ValueError, match=f"cost: {name} must be a number >= 0"):
-        make_placement("cost", **{name: bad})
+    with pytest.raises(ValueError, match=f"agentix: {name} must be a number >= 0"):
+        make_placement("agentix", **{name: bad})

@@ -1,4 +1,5 @@
-"""cost: the replica where the call's first token is expected soonest, priced in tokens.
+"""agentix, the queue-priced placement (the default): the replica where the call's first
+token is expected soonest, priced in tokens.
 
 For each healthy replica, the work that would pass before the call's first token there:
 
@@ -34,12 +35,12 @@ from scheduler.placement.sent_blocks import SentBlocks
 
 def _weight(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        raise ValueError(f"cost: {name} must be a number >= 0, got {value!r}")
+        raise ValueError(f"agentix: {name} must be a number >= 0, got {value!r}")
     return float(value)
 
 
-class CostPlacement(Placement):
-    name = "cost"
+class QueuePricedPlacement(Placement):
+    name = "agentix"
     options = ("load_weight", "queue_weight")
 
     def __init__(self, load_weight: float = 0.0, queue_weight: float = 0.02) -> None:
