@@ -86,8 +86,11 @@ def steady_capacity_table(runs: Sequence[SteadyPoint], target: float) -> str:
 def _verdict_cell(run: SteadyPoint) -> str:
     growth = "" if math.isnan(run.backlog_growth) else f", backlog {run.backlog_growth:+.2f}"
     if run.verdict is Verdict.BACKLOG:
+        short = "" if run.warm_enough else (
+            f"; warm-up {run.window.start:.0f} s < 2 x time in system "
+            f"{run.time_in_system:.0f} s: may still be filling")
         return (f"overloaded: backlog grows ({run.point.programs_completed}/{run.measured} "
-                f"done at the stop{growth})")
+                f"done at the stop{growth}{short})")
     if run.verdict is Verdict.UNDRAINED:
         return (f"overloaded: did not drain ({run.point.programs_completed}/{run.measured} "
                 f"done at the last arrival{growth})")

@@ -31,7 +31,11 @@ bounds. Here (DESIGN.md, "Measuring at steady state"):
   workload, a system still filling up: on ShareGPT, whose conversations last up to a few
   minutes, 200 programs of warm-up left the backlog growing by 0.07-0.15 at 6-7/s where 600
   gave -0.09 and -0.03, hence the default of 600). The mean normalized latency of the
-  window's halves (by arrival) is reported beside it. An overloaded point misses every target
+  window's halves (by arrival) is reported beside it.
+- Warm-up check: a backlog verdict also says when the warm-up (in seconds at the rate) was
+  shorter than twice the mean time in system over the window (Little's law: the window's
+  mean backlog / rate, `BacklogWatch.time_in_system`): such a system may still have been
+  filling rather than overloaded, and wants a longer warm-up (`SteadyPoint.warm_enough`). An overloaded point misses every target
   (`bench.sweep.meets_target`) and reports print "overloaded" instead of its latency.
 - Capacity: per seed, `bench.capacity.search` (bracket and bisect) for each policy and target,
   on the mean normalized latency over the measured programs; the capacity is
@@ -133,6 +137,7 @@ class BacklogWatch:
         self.limit, self.max_growth = limit, max_growth
         self.middle = (window.start + window.end) / 2
         self.halves = [0.0, 0.0]  # backlog x seconds
+        self.covered = 0.0  # seconds of the window seen
         self.last_time, self.last_backlog = 0.0, 0
         self.growth = math.nan
         self.tripped = False
@@ -144,6 +149,7 @@ class BacklogWatch:
             overlap = min(now, hi) - max(self.last_time, lo)
             if overlap > 0:
                 self.halves[half] += overlap * self.last_backlog
+                self.covered += overlap
         if math.isnan(self.growth) and now >= self.window.end:
             half_seconds = self.middle - self.window.start
             self.growth = 2 * (self.halves[1] - self.halves[0]) / half_seconds / self.programs
@@ -151,6 +157,13 @@ class BacklogWatch:
         self.last_time, self.last_backlog = now, backlog
         self.tripped = self.tripped or backlog > self.limit
         return self.tripped
+
+    def time_in_system(self, rate: float) -> float:
+        """Little's law over the part of the window seen so far: its time-averaged backlog /
+        the arrival `rate` (NaN before the window)."""
+        if self.covered <= 0:
+            return math.nan
+        return (self.halves[0] + self.halves[1]) / self.covered / rate
 
 
 @dataclass(frozen=True)
@@ -161,7 +174,8 @@ class SteadyPoint:
     measured program finished or the point is overloaded. `backlog_growth`:
     `BacklogWatch.growth` (NaN if the run stopped before the window's end). `point` summarizes
     the measured programs (`num_programs` = `measured`; counters are the run's up to its
-    stop) and is `overloaded` unless the verdict is `STEADY`."""
+    stop) and is `overloaded` unless the verdict is `STEADY`. `time_in_system`:
+    `BacklogWatch.time_in_system` at the stop (NaN if unknown)."""
 
     seed: int
     window: Window
@@ -171,6 +185,12 @@ class SteadyPoint:
     backlog_growth: float
     verdict: Verdict
     point: SweepPoint
+    time_in_system: float = math.nan
+
+    @property
+    def warm_enough(self) -> bool:
+        """The warm-up lasted at least twice the mean time in system (True when unknown)."""
+        return not self.window.start < 2 * self.time_in_system
 
 
 def measured_ids(trace: Trace, window: Window) -> frozenset[str]:
@@ -223,7 +243,7 @@ def run_steady_point(workload: str, base: Trace, seed: int, policy: str, rate: f
     point = summarize(workload, policy, rate, result, len(measured), measured,
                       overloaded=verdict is not Verdict.STEADY)
     return SteadyPoint(seed, window, len(measured), first, second, watch.growth, verdict,
-                       point)
+                       point, watch.time_in_system(rate))
 
 
 def find_steady_capacities(workload: str, policies: Sequence[str], targets: Sequence[float],

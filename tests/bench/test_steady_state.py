@@ -96,6 +96,32 @@ def test_backlog_watch_measures_growth_over_the_window_halves():
     assert not crowded(0.0, 5) and crowded(1.0, 6) and math.isnan(crowded.growth)
 
 
+def test_time_in_system_is_littles_law_over_the_window_seen():
+    # Window [10, 20): backlog 4 over [10, 17), 7 over [17, 20): mean 4.9; at 2 programs/s a
+    # program spends 2.45 s in the system. Before the window there is no estimate.
+    watch = BacklogWatch(Window(10.0, 20.0), programs=6, limit=50, max_growth=0.5)
+    watch(0.0, 3)
+    assert math.isnan(watch.time_in_system(2.0))
+    watch(10.0, 4)
+    watch(15.0, 4)
+    assert watch.time_in_system(2.0) == pytest.approx(2.0)  # [10, 15) seen: backlog 4
+    watch(17.0, 7)
+    watch(25.0, 0)  # past the window: only [10, 20) counts
+    assert watch.time_in_system(2.0) == pytest.approx(2.45)
+
+
+def test_a_backlog_verdict_says_when_the_warm_up_was_short():
+    def run(time_in_system):
+        return SteadyPoint(0, Window(10.0, 30.0), 20, math.nan, math.nan, 0.4,
+                           Verdict.BACKLOG, point(2.0, 0.5, "atlas", True, "mixed"),
+                           time_in_system)
+    short, long_enough, unknown = run(6.0), run(5.0), run(math.nan)
+    assert not short.warm_enough and long_enough.warm_enough and unknown.warm_enough
+    assert ("backlog +0.40; warm-up 10 s < 2 x time in system 6 s: may still be filling)"
+            in steady_points_table([short]))
+    assert "may still be filling" not in steady_points_table([long_enough, unknown])
+
+
 def test_an_overloaded_point_misses_every_target_and_is_not_interpolated_towards():
     assert meets_target(point(1.0, 0.1), 0.2)
     assert not meets_target(point(1.0, 0.1, overloaded=True), 0.2)
@@ -329,7 +355,7 @@ def test_cli_capacity_runs_at_steady_state_by_default(fake_points, tmp_path, cap
               "--warmup-programs", "10", "--window-programs", "20", "--tail-programs", "30",
               "--out", str(tmp_path), "--no-progress", "--replicas", "2"])
     generated, multis = fake_points
-    assert multis and all(m == dict(replicas=2, placement="cost", cutoff=2048)
+    assert multis and all(m == dict(replicas=2, placement="agentix", cutoff=2048)
                           for m in multis)
     out = capsys.readouterr().out
     assert "lats at steady state, seeds 0,4, llama-3.1-8b on a100-80g, on 2 replicas" in out
