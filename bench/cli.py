@@ -2,14 +2,14 @@
 through the engine with the simulated executor and prints program-level metrics; `agentix bench
 sweep` runs several policies over several arrival rates and reports each policy's capacity;
 `agentix bench capacity` searches each policy's capacity at a relative and a fixed latency
-target by bracketing and bisection, at steady state (`bench.steady_state`: a measurement window
-under continuing arrivals, several seeds) unless `--finite-trace` asks for the old replay of one
-finite trace;
+target by bracketing and bisection, at steady state (`bench.analysis.steady_state`: a measurement
+window under continuing arrivals, several seeds) unless `--finite-trace` asks for the old replay of
+one finite trace;
 `agentix bench sensitivity` varies one scheduler knob at a time;
 `agentix bench calibrate` fits the cost model to the real engine on this machine and checks the
 simulator against the real engine on a scaled-down trace. `sim`, `sweep` and `capacity` take
 `--replicas N --placement P [--cutoff TOKENS|auto]` to run N engines on one virtual clock behind
-a placement policy (`bench.multi_sim`)."""
+a placement policy (`bench.sim.multi_sim`)."""
 
 from __future__ import annotations
 
@@ -19,15 +19,15 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
-from bench.baselines import BASELINES
-from bench.cost_model import GPU_PRESETS, MODEL_PRESETS
-from bench.metrics import compute_metrics, metrics_by_workload
+from bench.sim.baselines import BASELINES
+from bench.sim.cost_model import GPU_PRESETS, MODEL_PRESETS
+from bench.sim.metrics import compute_metrics, metrics_by_workload
 from server.config_flags import name_list, parse_cutoff, parse_override, positive_float
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from bench.capacity import LatencyTarget
+    from bench.analysis.capacity import LatencyTarget
 
 WORKLOADS = ("sharegpt", "bfcl", "lats", "mixed", "coding")
 FIXED_TARGET = 0.3  # s/token: `capacity`'s second latency target
@@ -67,7 +67,7 @@ def _positive_int(text: str) -> int:
 
 def _add_replica_arguments(parser: argparse.ArgumentParser) -> None:
     """`--replicas`, `--placement`, `--cutoff`: run N engines on one virtual clock behind a
-    placement policy (`bench.multi_sim`); without either of the first two, one engine."""
+    placement policy (`bench.sim.multi_sim`); without either of the first two, one engine."""
     from scheduler.placement import DEFAULT_CUTOFF, DEFAULT_PLACEMENT, PLACEMENTS
 
     parser.add_argument("--replicas", type=_positive_int, default=1,
@@ -98,9 +98,9 @@ def _placement_option(text: str) -> tuple[str, int | float | str]:
 
 
 def _replica_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The multi-engine keywords of `args` (`bench.multi_sim.replica_options`); `--kv-events`
+    """The multi-engine keywords of `args` (`bench.sim.multi_sim.replica_options`); `--kv-events`
     and `--replica-speeds` where the command has them (SystemExit naming a bad combination)."""
-    from bench.multi_sim import replica_options
+    from bench.sim.multi_sim import replica_options
 
     try:
         return replica_options(args.replicas, args.placement, args.cutoff,
@@ -138,10 +138,10 @@ def _replicas_text(multi: dict[str, Any]) -> str:
 
 
 def _sim(args: argparse.Namespace) -> None:
-    from bench.multi_sim import simulate_replicas
-    from bench.simulate import simulate
+    from bench.sim.multi_sim import simulate_replicas
+    from bench.sim.simulate import simulate
 
-    generator = importlib.import_module(f"bench.workloads.{args.workload}")
+    generator = importlib.import_module(f"bench.sim.workloads.{args.workload}")
     trace = generator.generate(args.programs, args.seed, args.rate)
     multi = _replica_options(args)
     run = simulate_replicas if multi else simulate
@@ -218,8 +218,8 @@ def _sweep(args: argparse.Namespace) -> None:
     import sys
     import time
 
-    from bench.sweep import sweep
-    from bench.sweep_report import capacity_table, latency_table, write_sweep
+    from bench.analysis.sweep import sweep
+    from bench.analysis.sweep_report import capacity_table, latency_table, write_sweep
 
     start = time.perf_counter()
     target, how = _target(args)
@@ -265,7 +265,8 @@ def _scale(text: str) -> float:
 def add_real_run_arguments(parser: argparse.ArgumentParser, programs: int, rate: float,
                            policies: list[str]) -> None:
     """The options of a run of a scaled-down mixed trace on the real engine (`calibrate`,
-    `python -m bench.grpc_run`); `real_run_setup` turns them into the trace and engine fields."""
+    `python -m bench.studies.grpc_runs.grpc_run`); `real_run_setup` turns them into the trace
+    and engine fields."""
     parser.add_argument("--model-dir", type=_model_dir, default=None,
                         help="HF model directory (default: SmolLM2-135M-Instruct)")
     parser.add_argument("--programs", type=_positive_int, default=programs)
@@ -294,8 +295,8 @@ def real_run_setup(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     and print them."""
     import torch
 
-    from bench.scaled_trace import scale_trace
-    from bench.workloads import mixed
+    from bench.sim.scaled_trace import scale_trace
+    from bench.sim.workloads import mixed
 
     torch.set_num_threads(args.threads)
     if args.model_dir is None:
@@ -320,10 +321,10 @@ def _calibrate(args: argparse.Namespace) -> None:
     import sys
     import time
 
-    from bench import calibrate as cal
-    from bench.calibration_check import comparison, format_comparison
-    from bench.real_run import run_real
-    from bench.simulate import simulate
+    from bench.analysis.calibration_check import comparison, format_comparison
+    from bench.sim.simulate import simulate
+    from bench.support import calibrate as cal
+    from bench.support.real_run import run_real
 
     start = time.perf_counter()
     trace, fields = real_run_setup(args)
@@ -357,7 +358,7 @@ def _calibrate(args: argparse.Namespace) -> None:
 
 
 def _target(args: argparse.Namespace) -> tuple[float, str]:
-    from bench.sweep import TARGET_FACTOR, UNLOADED_RATE, latency_target
+    from bench.analysis.sweep import TARGET_FACTOR, UNLOADED_RATE, latency_target
 
     if args.target is not None:
         return args.target, "given"
@@ -367,7 +368,7 @@ def _target(args: argparse.Namespace) -> tuple[float, str]:
 
 def _capacity_targets(args: argparse.Namespace) -> list[LatencyTarget]:
     """The relative (or `--target`) latency target, then `--fixed-target` unless it is 0."""
-    from bench.capacity import LatencyTarget
+    from bench.analysis.capacity import LatencyTarget
 
     targets = [LatencyTarget(*_target(args))]
     if args.fixed_target:
@@ -401,8 +402,8 @@ def _command(args: argparse.Namespace) -> str:
 def _finite_capacity(args: argparse.Namespace, targets: list[LatencyTarget],
                      multi: dict[str, Any]) -> tuple[Path, Path]:
     """`--finite-trace`: one trace of `--programs` programs replayed at every rate."""
-    from bench.capacity import find_capacities, write_outputs
-    from bench.sweep_report import capacity_table
+    from bench.analysis.capacity import find_capacities, write_outputs
+    from bench.analysis.sweep_report import capacity_table
 
     if "kv_events" in multi or "replica_speeds" in multi:
         raise SystemExit("agentix bench capacity: --kv-events and --replica-speeds are for the "
@@ -422,10 +423,10 @@ def _finite_capacity(args: argparse.Namespace, targets: list[LatencyTarget],
 
 def _steady_capacity(args: argparse.Namespace, targets: list[LatencyTarget],
                      multi: dict[str, Any]) -> tuple[Path, Path]:
-    """The default: a steady-state search per seed (`bench.steady_state`)."""
-    from bench.steady_report import (steady_capacity_table, steady_points_table, window_text,
-                                     write_steady_outputs)
-    from bench.steady_state import SteadyConfig, find_steady_capacities
+    """The default: a steady-state search per seed (`bench.analysis.steady_state`)."""
+    from bench.analysis.steady_report import (steady_capacity_table, steady_points_table,
+                                              window_text, write_steady_outputs)
+    from bench.analysis.steady_state import SteadyConfig, find_steady_capacities
 
     config = SteadyConfig(args.warmup_programs, args.window_programs, args.tail_programs,
                           args.max_backlog_growth)
@@ -465,7 +466,7 @@ def _add_policy_run_arguments(parser: argparse.ArgumentParser, programs: int,
 def _add_steady_arguments(parser: argparse.ArgumentParser) -> None:
     """`capacity`'s method: steady state (the default; its window, tail, overload rule and
     seeds) or `--finite-trace` (one trace of `--programs` programs, seed `--seed`)."""
-    from bench import steady_state as ss
+    from bench.analysis import steady_state as ss
 
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--steady-state", dest="finite_trace", action="store_false",
@@ -497,7 +498,7 @@ def _add_steady_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _knob_list(text: str) -> list[str]:
-    from bench.sensitivity import KNOBS
+    from bench.analysis.sensitivity import KNOBS
 
     return name_list(text, KNOBS, "knobs")
 
@@ -506,7 +507,7 @@ def _sensitivity(args: argparse.Namespace) -> None:
     import shlex
     import sys
 
-    from bench.sensitivity import KNOBS, knob_tables, run_knobs, write_outputs
+    from bench.analysis.sensitivity import KNOBS, knob_tables, run_knobs, write_outputs
 
     knobs = {k: KNOBS[k] for k in (args.knobs or KNOBS)}
     points = run_knobs(args.workload, args.rate, args.programs, args.seed, args.policy, knobs,

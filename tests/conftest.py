@@ -1,4 +1,4 @@
-"""Shared fixtures: tiny random Llama checkpoints (built by tests/tiny_llama.py) as HF
+"""Shared fixtures: tiny random Llama checkpoints (built by agentix_testing/tiny_llama.py) as HF
 directories, and the Triton interpreter switch for CPU machines."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest
 import torch
 
-from tiny_llama import GreedyReference, build_tiny_llama, save_byte_tokenizer, save_word_tokenizer
+from agentix_testing.tiny_llama import (GreedyReference, build_tiny_llama, save_byte_tokenizer,
+                                        save_word_tokenizer)
 
 if not torch.cuda.is_available():
     # Triton kernels run under the interpreter on CPU machines; this must be set before any

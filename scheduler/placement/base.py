@@ -1,7 +1,7 @@
 """The placement interface: given a call and the replicas' reported load, pick a replica.
 
 The same code runs in the router (server/router/) and in the multi-engine simulator
-(bench/multi_sim.py). Torch-free. A policy is one `Placement` subclass in one file of this
+(bench/sim/multi_sim.py). Torch-free. A policy is one `Placement` subclass in one file of this
 package, registered in `scheduler/placement/__init__.py`.
 """
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from bench import memory_flood, stall
+from bench.studies.hardening import memory_flood, stall
 
 
 def test_memory_flood_counts_refusals(tiny_llama_dir, capsys):

@@ -1,6 +1,6 @@
 import pytest
 
-from bench.baselines import BASELINES, engine_config_for
+from bench.sim.baselines import BASELINES, engine_config_for
 
 OPTIMIZED = dict(enable_chunked_prefill=True, enable_prefix_caching=True, multistep=4)
 

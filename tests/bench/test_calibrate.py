@@ -1,10 +1,10 @@
 import pytest
 
-from bench import calibrate as cal
 from bench.cli import build_parser
-from bench.cost_model import MODEL_PRESETS
-from bench.real_run import real_engine
-from bench.simulate import engine_config_for
+from bench.sim.cost_model import MODEL_PRESETS
+from bench.sim.simulate import engine_config_for
+from bench.support import calibrate as cal
+from bench.support.real_run import real_engine
 
 PROBE_FIELDS = dict(block_size=8, num_kv_blocks=64, num_host_blocks=64, max_num_seqs=4,
                     max_num_batched_tokens=64, multistep=2)

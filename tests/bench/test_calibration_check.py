@@ -1,7 +1,7 @@
 import pytest
 
-from bench.calibration_check import comparison, format_comparison
-from bench.simulate import ProgramResult, SimResult
+from bench.analysis.calibration_check import comparison, format_comparison
+from bench.sim.simulate import ProgramResult, SimResult
 
 
 def test_comparison_reports_errors_against_the_real_run():

@@ -2,12 +2,13 @@ import math
 
 import pytest
 
-import bench.capacity as cap_mod
+import bench.analysis.capacity as cap_mod
 from bench import cli
-from bench.capacity import LatencyTarget, find_capacities, memoized, retimed, search, write_outputs
-from bench.sweep import SweepPoint, capacity
-from bench.sweep_report import points_table
-from bench.trace import Trace, TraceCall, TraceProgram
+from bench.analysis.capacity import (LatencyTarget, find_capacities, memoized, retimed, search,
+                                     write_outputs)
+from bench.analysis.sweep import SweepPoint, capacity
+from bench.analysis.sweep_report import points_table
+from bench.sim.trace import Trace, TraceCall, TraceProgram
 
 
 def point(rate, mean, policy="atlas", done=3):

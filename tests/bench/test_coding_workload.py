@@ -4,9 +4,9 @@ import statistics
 import pytest
 
 from bench import cli
-from bench.sweep import generate_trace
-from bench.workloads import coding
-from bench.workloads.__main__ import main as stats_main
+from bench.analysis.sweep import generate_trace
+from bench.sim.workloads import coding
+from bench.sim.workloads.__main__ import main as stats_main
 
 
 @pytest.fixture(scope="module")

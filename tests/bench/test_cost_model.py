@@ -2,7 +2,7 @@ import dataclasses
 
 import pytest
 
-from bench.cost_model import (CostModel, GPUPreset, ModelPreset, gpu_preset, model_preset)
+from bench.sim.cost_model import CostModel, GPUPreset, ModelPreset, gpu_preset, model_preset
 
 
 def make_cost(preset: str = "a100-80g", model: str = "llama-3.1-8b", **kwargs) -> CostModel:

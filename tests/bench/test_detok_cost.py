@@ -1,4 +1,4 @@
-"""bench.detok_cost on SmolLM2: the streamed text each push releases is pushed for every
+"""bench.studies.detok_cost on SmolLM2: the streamed text each push releases is pushed for every
 call and step, and detokenization costs less than the step it follows (slow: loads the
 real model)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.detok_cost import measure
+from bench.studies.detok_cost import measure
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""bench/gpu_check.sh on a CPU machine: its dry run resolves every step, a broken step is
+"""bench/studies/gpu_check.sh on a CPU machine: its dry run resolves every step, a broken step is
 reported by name with its reason, and a real run records FAIL, n/a and TIMEOUT per step."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.gpu_check.dry_run import check_steps
+from bench.studies.gpu_check.dry_run import check_steps
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "bench" / "gpu_check.sh"
+SCRIPT = ROOT / "bench" / "studies" / "gpu_check.sh"
 STEPS = ["setup", "env", "kernels", "parity-tiny", "parity-smollm2", "decode-bandwidth", "swap",
          "throughput", "tensor-parallel"]
 
@@ -31,20 +31,20 @@ def test_dry_run_resolves_every_step():
 
 def test_broken_steps_fail_by_name_with_the_reason():
     results = list(check_steps([
-        "env 10 bench.gpu_check.environment",
-        "kernels 10 bench.gpu_check.kernel_tests --tests tests/no-such-dir",
-        "ghost 10 bench.gpu_check.no_such_step",
-        "swap 10 bench.gpu_check.swap --blocks 0",
+        "env 10 bench.studies.gpu_check.environment",
+        "kernels 10 bench.studies.gpu_check.kernel_tests --tests tests/no-such-dir",
+        "ghost 10 bench.studies.gpu_check.no_such_step",
+        "swap 10 bench.studies.gpu_check.swap --blocks 0",
         "# a comment",
-        "late forever bench.gpu_check.swap",
+        "late forever bench.studies.gpu_check.swap",
         "alone",
     ]))
     assert results[0].startswith("ok env: ")
     assert results[1] == "FAIL kernels: Unresolved: missing path tests/no-such-dir"
     assert results[2] == ("FAIL ghost: ModuleNotFoundError: No module named "
-                          "'bench.gpu_check.no_such_step'")
-    assert results[3] == ("FAIL swap: ValueError: bad arguments: bench.gpu_check.swap: error: "
-                          "argument --blocks: expected positive integers N[,N...], got '0'")
+                          "'bench.studies.gpu_check.no_such_step'")
+    assert results[3] == ("FAIL swap: ValueError: bad arguments: bench.studies.gpu_check.swap: "
+                          "error: argument --blocks: expected positive integers N[,N...], got '0'")
     assert results[4] == ("FAIL line 6: timeout must be a positive integer of seconds, got "
                           "'forever'")
     assert results[5].startswith("FAIL line 7: expected 'NAME TIMEOUT_S MODULE [ARGS...]'")
@@ -52,7 +52,7 @@ def test_broken_steps_fail_by_name_with_the_reason():
 
 
 def test_dry_run_exits_nonzero_on_a_step_injected_through_the_environment():
-    proc = run_script("--dry-run", GPU_CHECK_STEPS="ghost 10 bench.gpu_check.no_such_step")
+    proc = run_script("--dry-run", GPU_CHECK_STEPS="ghost 10 bench.studies.gpu_check.no_such_step")
     assert proc.returncode == 1
     assert proc.stdout.splitlines()[-1].startswith("FAIL ghost: ModuleNotFoundError")
 
@@ -64,9 +64,9 @@ def test_without_an_output_folder_it_fails_clearly():
 
 
 def test_a_real_run_tables_each_step_and_goes_on_after_failures(tmp_path):
-    steps = "\n".join(["env 60 bench.gpu_check.environment",  # FAIL: no CUDA here
-                       "tp 60 bench.gpu_check.tensor_parallel",  # n/a: fewer than 2 GPUs
-                       "slow 1 bench.gpu_check.kernel_tests"])  # killed while importing
+    steps = "\n".join(["env 60 bench.studies.gpu_check.environment",  # FAIL: no CUDA here
+                       "tp 60 bench.studies.gpu_check.tensor_parallel",  # n/a: fewer than 2 GPUs
+                       "slow 1 bench.studies.gpu_check.kernel_tests"])  # killed while importing
     proc = run_script(str(tmp_path), GPU_CHECK_STEPS=steps)
     assert proc.returncode == 1
     table = (tmp_path / "gpu_check.md").read_text()

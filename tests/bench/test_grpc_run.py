@@ -2,9 +2,9 @@ import threading
 
 import pytest
 
-from bench import grpc_run
-from bench.metrics import compute_metrics
-from bench.trace import Trace, TraceCall, TraceProgram
+from bench.sim.metrics import compute_metrics
+from bench.sim.trace import Trace, TraceCall, TraceProgram
+from bench.studies.grpc_runs import grpc_run
 
 FIELDS = dict(block_size=8, num_kv_blocks=64, num_host_blocks=64, max_num_seqs=2,
               max_num_batched_tokens=64)
@@ -63,7 +63,7 @@ def test_tool_delays_are_drawn_per_seed_from_the_bfcl_range():
 
 
 def test_format_metrics_names_the_prefill_tokens():
-    from bench.simulate import ProgramResult
+    from bench.sim.simulate import ProgramResult
 
     metrics = compute_metrics([ProgramResult("p", "test", 0.0, 2.0, 4, 1)])
     assert grpc_run.format_metrics("atlas-lru", metrics, 78) == (
@@ -72,7 +72,7 @@ def test_format_metrics_names_the_prefill_tokens():
 
 
 def test_check_tokens_names_a_short_program():
-    from bench.simulate import ProgramResult
+    from bench.sim.simulate import ProgramResult
 
     trace = three_programs()
     results = [ProgramResult("chain", "test", 0.0, 1.0, 7, 2),

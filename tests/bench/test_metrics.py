@@ -2,7 +2,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from bench.metrics import compute_metrics, metrics_by_workload, normalized_latency, percentile
+from bench.sim.metrics import compute_metrics, metrics_by_workload, normalized_latency, percentile
 
 
 @dataclass

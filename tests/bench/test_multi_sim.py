@@ -3,13 +3,13 @@ import json
 
 import pytest
 
-from bench import capacity as cap_mod
 from bench import cli
-from bench.cost_model import CostModel
-from bench.multi_sim import prompt_block_hashes, replica_options, simulate_replicas
-from bench.simulate import PromptMaker, simulate
-from bench.trace import Trace
-from bench.workloads import lats, mixed
+from bench.analysis import capacity as cap_mod
+from bench.sim.cost_model import CostModel
+from bench.sim.multi_sim import prompt_block_hashes, replica_options, simulate_replicas
+from bench.sim.simulate import PromptMaker, simulate
+from bench.sim.trace import Trace
+from bench.sim.workloads import lats, mixed
 from engine.llm_engine import LLMEngine
 from kvcache.prefix_hash import hash_block
 from scheduler.placement import PLACEMENTS, Placement, make_placement

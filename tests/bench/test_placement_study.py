@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 
-from bench.placement_study import Run, capacity_table, main, run_one, summarize
+from bench.studies.placement_study import Run, capacity_table, main, run_one, summarize
 
 
 def run(variant: str, rate: float, latency: float, hit: float) -> Run:

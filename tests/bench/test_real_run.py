@@ -1,8 +1,8 @@
 import pytest
 
-from bench.real_run import run_real
-from bench.trace import Trace, TraceCall, TraceProgram
-from bench.wall_clock import WallClock
+from bench.sim.trace import Trace, TraceCall, TraceProgram
+from bench.support.real_run import run_real
+from bench.support.wall_clock import WallClock
 
 
 def test_wall_clock_jumps_forward_only_and_ignores_advance():

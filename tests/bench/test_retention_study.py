@@ -1,12 +1,12 @@
-"""bench.retention_study: the three memory settings replay one trace, and the table shows
+"""bench.studies.retention_study: the three memory settings replay one trace, and the table shows
 each one's figures with its ratios to the `ttl` row."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench import retention_study
-from bench.trace import Trace, TraceCall, TraceProgram
+from bench.sim.trace import Trace, TraceCall, TraceProgram
+from bench.studies import retention_study
 
 
 def tiny_trace(*_args) -> Trace:

@@ -1,8 +1,8 @@
 import pytest
 
-from bench.scaled_trace import scale_trace
-from bench.trace import Trace, TraceCall, TraceProgram
-from bench.workloads import lats
+from bench.sim.scaled_trace import scale_trace
+from bench.sim.trace import Trace, TraceCall, TraceProgram
+from bench.sim.workloads import lats
 
 
 def hand_made_trace():

@@ -1,4 +1,4 @@
-from bench.scheduler_cost import TRAINED_PROGRAMS, measure, trained
+from bench.studies.scheduler_cost import TRAINED_PROGRAMS, measure, trained
 from scheduler.policies import make_policy
 
 

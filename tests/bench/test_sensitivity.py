@@ -1,9 +1,10 @@
 import pytest
 
-import bench.sensitivity as sens
+import bench.analysis.sensitivity as sens
 from bench import cli
-from bench.sensitivity import KnobPoint, default_value, knob_tables, run_knobs, write_outputs
-from bench.trace import Trace, TraceCall, TraceProgram
+from bench.analysis.sensitivity import (KnobPoint, default_value, knob_tables, run_knobs,
+                                        write_outputs)
+from bench.sim.trace import Trace, TraceCall, TraceProgram
 
 
 def two_program_trace(workload, num_programs, seed, rate):

@@ -1,11 +1,11 @@
 import pytest
 
-from bench.baselines import BASELINES
-from bench.cost_model import CostModel, gpu_preset, model_preset
-from bench.simulate import PromptMaker, simulate
-from bench.sim_executor import SIM_TOKEN_ID, SimulatedExecutor, VirtualClock
-from bench.trace import Trace, TraceCall, TraceProgram
-from bench.workloads import lats
+from bench.sim.baselines import BASELINES
+from bench.sim.cost_model import CostModel, gpu_preset, model_preset
+from bench.sim.sim_executor import SIM_TOKEN_ID, SimulatedExecutor, VirtualClock
+from bench.sim.simulate import PromptMaker, simulate
+from bench.sim.trace import Trace, TraceCall, TraceProgram
+from bench.sim.workloads import lats
 from scheduler.plan import ScheduledChunk, SchedulePlan
 
 

@@ -1,4 +1,4 @@
-"""The serving stack's soak (bench/soak.py) for 30 seconds: gRPC clients through the router
+"""The serving stack's soak (bench/studies/soak.py) for 30 seconds: gRPC clients through the router
 and HTTP clients on the replicas, cancels, aborts and dropped streams, a replica failover
 every 10 s and a failing executor step in every 150. Every call ends with an expected
 status, memory does not climb, and both replicas end with no call, block or record left.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.soak import run_soak
+from bench.studies.soak import run_soak
 
 
 @pytest.mark.slow

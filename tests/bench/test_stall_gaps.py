@@ -1,10 +1,11 @@
-"""bench.stall_gaps: the gaps of one call's deltas in a window, and the 3x verdict."""
+"""bench.studies.hardening.stall_gaps: the gaps of one call's deltas in a window, and the 3x
+verdict."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.stall_gaps import gap_stats, gap_verdict, gaps_in
+from bench.studies.hardening.stall_gaps import gap_stats, gap_verdict, gaps_in
 
 
 def test_gaps_are_within_one_call_and_belong_to_the_window_of_their_later_delta():

@@ -2,19 +2,20 @@ import math
 
 import pytest
 
-import bench.steady_state as ss
+import bench.analysis.steady_state as ss
 from bench import cli
-from bench.capacity import BASE_RATE, LatencyTarget, retimed
-from bench.metrics import compute_metrics
-from bench.multi_sim import simulate_replicas
-from bench.simulate import EarlyStop, ProgramResult, simulate
-from bench.steady_report import steady_capacity_table, steady_points_table, write_steady_outputs
-from bench.steady_state import (BacklogWatch, SteadyConfig, SteadyPoint, Verdict, Window,
-                                find_steady_capacities, half_means, judge, measured_ids,
-                                run_steady_point, seed_capacities, spread)
-from bench.sweep import SweepPoint, capacity, generate_trace, meets_target
-from bench.sweep_report import latency_table, points_table
-from bench.trace import Trace, TraceCall, TraceProgram
+from bench.analysis.capacity import BASE_RATE, LatencyTarget, retimed
+from bench.analysis.steady_report import (steady_capacity_table, steady_points_table,
+                                          write_steady_outputs)
+from bench.analysis.steady_state import (BacklogWatch, SteadyConfig, SteadyPoint, Verdict, Window,
+                                         find_steady_capacities, half_means, judge, measured_ids,
+                                         run_steady_point, seed_capacities, spread)
+from bench.analysis.sweep import SweepPoint, capacity, generate_trace, meets_target
+from bench.analysis.sweep_report import latency_table, points_table
+from bench.sim.metrics import compute_metrics
+from bench.sim.multi_sim import simulate_replicas
+from bench.sim.simulate import EarlyStop, ProgramResult, simulate
+from bench.sim.trace import Trace, TraceCall, TraceProgram
 
 
 def make_program(program_id, arrival, *calls):

@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.cost_model import CostModel, ModelPreset, batch_totals
-from bench.step_fit import StepSample, cpu_preset, fit_step_times, model_preset_for
+from bench.sim.cost_model import CostModel, ModelPreset, batch_totals
+from bench.support.step_fit import StepSample, cpu_preset, fit_step_times, model_preset_for
 
 SMOLLM2_LIKE = {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
                 "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64,

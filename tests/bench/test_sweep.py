@@ -2,12 +2,12 @@ import math
 
 import pytest
 
-import bench.sweep as sweep_mod
+import bench.analysis.sweep as sweep_mod
 from bench import cli
-from bench.simulate import ProgramResult, SimResult
-from bench.sweep import SweepPoint, capacity, latency_target, run_point, sweep
-from bench.sweep_report import capacity_table, latency_table, write_sweep
-from bench.trace import Trace, TraceCall, TraceProgram
+from bench.analysis.sweep import SweepPoint, capacity, latency_target, run_point, sweep
+from bench.analysis.sweep_report import capacity_table, latency_table, write_sweep
+from bench.sim.simulate import ProgramResult, SimResult
+from bench.sim.trace import Trace, TraceCall, TraceProgram
 
 
 def point(policy, rate, mean, p95=None, p99=None, done=5, n=5, workload="lats"):

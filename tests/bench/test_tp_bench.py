@@ -1,4 +1,4 @@
-"""bench.tp_bench's cost-model check: the TP=2 prediction without and with the collectives'
+"""bench.studies.tp_bench's cost-model check: the TP=2 prediction without and with the collectives'
 term, from a measured all-reduce latency and bus bandwidth (no engine run)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from bench.tp_bench import MODEL, cost_model_check
+from bench.studies.tp_bench import MODEL, cost_model_check
 
 FIT = {"flops_rate": 1e11, "byte_rate": 1e11, "step_overhead": 0.01, "schedule_overhead": 0.0}
 

@@ -3,7 +3,7 @@ import statistics
 
 import pytest
 
-from bench.trace import Trace, TraceCall, TraceProgram, load_trace, poisson_arrivals, save_trace
+from bench.sim.trace import Trace, TraceCall, TraceProgram, load_trace, poisson_arrivals, save_trace
 
 
 def make_call(call_id="c0", prompt_len=10, output_len=5, parents=(), delay=0.0, prompt_token_ids=None):

@@ -2,10 +2,10 @@ import statistics
 
 import pytest
 
-from bench.sharegpt import load_conversations
-from bench.trace import Trace
-from bench.workloads import bfcl, lats, mixed, sharegpt
-from bench.workloads.common import load_tokenizer
+from bench.sim.sharegpt import load_conversations
+from bench.sim.trace import Trace
+from bench.sim.workloads import bfcl, lats, mixed, sharegpt
+from bench.sim.workloads.common import load_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +56,7 @@ def test_sharegpt_is_a_chain_with_growing_prompts(generators):
 
 
 def test_incremental_chat_count_close_to_exact_template_count(tokenizer, conversations):
-    from bench.workloads.common import measure_chat_overhead, token_counts
+    from bench.sim.workloads.common import measure_chat_overhead, token_counts
 
     overhead = measure_chat_overhead(tokenizer)
     conv = next(c for c in conversations if len(c.turns) >= 6 and c.turns[0].role == "human")

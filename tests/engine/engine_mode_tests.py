@@ -5,7 +5,7 @@ star-imports them, so pytest collects them there, on that module's `tiny_llama` 
 
 import pytest
 
-from tiny_llama import GreedyReference
+from agentix_testing.tiny_llama import GreedyReference
 from test_parity import (
     test_batch_of_eight,
     test_calls_arriving_while_others_decode,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny_llama import build_tiny_llama, hf_greedy
+from agentix_testing.tiny_llama import build_tiny_llama, hf_greedy
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from engine import LLM, ChatPrompt, SamplingParams
@@ -38,7 +38,7 @@ def test_bad_messages_name_the_field(messages, field):
 
 
 def test_a_model_without_a_chat_template_refuses_chat(tmp_path):
-    from tiny_llama import save_word_tokenizer
+    from agentix_testing.tiny_llama import save_word_tokenizer
 
     build_tiny_llama(tmp_path, tie_word_embeddings=True)
     save_word_tokenizer(tmp_path)

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.cost_model import CostModel
-from bench.simulate import PromptMaker, sim_engine, sim_engine_config
-from bench.sim_executor import VirtualClock
-from bench.trace import Trace
+from bench.sim.cost_model import CostModel
+from bench.sim.sim_executor import VirtualClock
+from bench.sim.simulate import PromptMaker, sim_engine, sim_engine_config
+from bench.sim.trace import Trace
 from engine import LLM, EngineConfig, LLMEngine, SamplingParams
 from engine.executor import StepResult
 from engine.loader import ModelInfo

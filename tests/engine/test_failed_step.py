@@ -27,7 +27,7 @@ from engine.model_runner import ModelRunner
 from scheduler.plan import SchedulePlan
 from scheduler.preemption import PreemptionKind
 from engine_checks import assert_all_free, random_tokens
-from tiny_llama import GreedyReference
+from agentix_testing.tiny_llama import GreedyReference
 
 NUM_HOST_BLOCKS = 32
 

@@ -17,7 +17,7 @@ import json
 import pytest
 import torch
 
-from tiny_llama import GreedyReference, save_word_tokenizer
+from agentix_testing.tiny_llama import GreedyReference, save_word_tokenizer
 from engine import LLM, ChatPrompt, SamplingParams
 from engine.models.falcon import FalconArgs
 from engine.parallel.layout import ShardLayout

@@ -11,7 +11,7 @@ import pytest
 
 from engine import EngineConfig, LLMEngine, SamplingParams
 from engine_checks import assert_all_free, random_tokens
-from tiny_llama import hf_greedy
+from agentix_testing.tiny_llama import hf_greedy
 
 NUM_HOST_BLOCKS = 32
 

@@ -16,7 +16,7 @@ import json
 
 import pytest
 
-from tiny_llama import TINY_LLAMA, GreedyReference, build_tiny_llama
+from agentix_testing.tiny_llama import TINY_LLAMA, GreedyReference, build_tiny_llama
 from engine import LLM
 from engine_mode_tests import *  # noqa: F401,F403  (collected here, on this module's fixtures)
 from test_parity import make_prompts, reference

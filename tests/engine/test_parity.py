@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from tiny_llama import GreedyReference
+from agentix_testing.tiny_llama import GreedyReference
 from engine import LLM, SamplingParams
 
 PROMPT_LENGTHS = [3, 7, 12, 17, 22, 29, 33, 40]

@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from tiny_llama import hf_greedy
+from agentix_testing.tiny_llama import hf_greedy
 from engine import LLMEngine, EngineConfig, SamplingParams
 from scheduler.process_table import ProgramState, UnknownProgramError
 

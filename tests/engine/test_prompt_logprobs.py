@@ -11,10 +11,10 @@ import random
 import pytest
 import torch
 
-from bench.cost_model import CostModel
-from bench.simulate import PromptMaker, sim_engine, sim_engine_config
-from bench.sim_executor import VirtualClock
-from bench.trace import Trace
+from bench.sim.cost_model import CostModel
+from bench.sim.sim_executor import VirtualClock
+from bench.sim.simulate import PromptMaker, sim_engine, sim_engine_config
+from bench.sim.trace import Trace
 from engine import LLM, SamplingParams
 from engine.call import Call
 from engine.logprobs import prompt_token_logprobs

@@ -14,7 +14,7 @@ import random
 import pytest
 
 from engine_checks import assert_all_free, random_tokens
-from tiny_llama import GreedyReference, build_tiny_llama, hf_greedy
+from agentix_testing.tiny_llama import GreedyReference, build_tiny_llama, hf_greedy
 from engine import LLM, SamplingParams
 from test_host_tier_parity import generate, make_engine
 from engine_mode_tests import *  # noqa: F401,F403  (collected here, on this module's fixtures)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tiny_llama import hf_chat_answers
+from agentix_testing.tiny_llama import hf_chat_answers
 from engine import LLM, SamplingParams
 
 pytestmark = pytest.mark.slow

@@ -18,7 +18,7 @@ from transformers import AutoTokenizer
 
 from engine_checks import assert_all_free
 from test_parity import RecordingExecutor
-from tiny_llama import GreedyReference, build_tiny_llama
+from agentix_testing.tiny_llama import GreedyReference, build_tiny_llama
 from engine import LLM, SamplingParams
 from engine.structured.compiler import GrammarCompiler
 from engine.structured.spec import StructuredOutput

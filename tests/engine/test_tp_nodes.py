@@ -18,7 +18,7 @@ import pytest
 
 from processes import wait_gone
 from test_parity import make_prompts, params, reference
-from tiny_llama import GreedyReference, build_tiny_llama
+from agentix_testing.tiny_llama import GreedyReference, build_tiny_llama
 from engine import LLM, EngineConfig
 from engine.parallel.nodes import check_nodes, node_ranks
 

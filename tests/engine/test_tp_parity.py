@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tiny_llama import GreedyReference, build_tiny_llama
+from agentix_testing.tiny_llama import GreedyReference, build_tiny_llama
 from engine import LLM
 from test_parity import make_prompts, params, reference
 

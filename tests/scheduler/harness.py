@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 
-from bench.sim_call import SimCall
+from bench.sim.sim_call import SimCall
 from kvcache.manager import KVCacheManager
 from scheduler.config import SchedulerConfig
 from scheduler.plan import SchedulePlan

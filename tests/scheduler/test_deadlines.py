@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.sim_call import SimCall
+from bench.sim.sim_call import SimCall
 from harness import Sim
 from scheduler.config import SchedulerConfig
 from scheduler.deadlines import DeadlineWatch

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.sim_call import SimCall
+from bench.sim.sim_call import SimCall
 from harness import Sim
 from scheduler.call_state import CallStatus
 

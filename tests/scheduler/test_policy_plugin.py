@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.simulate import simulate
-from bench.trace import Trace, TraceCall, TraceProgram
+from bench.sim.simulate import simulate
+from bench.sim.trace import Trace, TraceCall, TraceProgram
 from engine.config import EngineConfig
 from harness import Sim
 from scheduler.policies import POLICIES, Policy, make_policy, policy_name

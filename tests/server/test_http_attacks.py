@@ -82,8 +82,9 @@ def test_a_50_mb_body_is_413_before_it_is_read(server):
     connection.endheaders()  # the body never follows: the server must not wait for it
     response = connection.getresponse()
     answer = json.loads(response.read())
-    # closed, not kept alive: kept, the server would read and drop the 50 MB before the
-    # next request (bench.stall's http_huge_body measured what that costs a victim)
+    # closed, not kept alive: kept, the server would read and drop the 50 MB before the next
+    # request (bench.studies.hardening.stall's http_huge_body measured what that costs a
+    # victim)
     assert response.getheader("Connection") == "close" and response.will_close
     connection.close()
     assert response.status == 413 and "larger than the server's limit" in \

@@ -14,7 +14,7 @@ import openai
 import pytest
 import torch
 from grpc_helpers import live_ttft_slos, server_config, wait_idle
-from tiny_llama import hf_greedy
+from agentix_testing.tiny_llama import hf_greedy
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from server.app import start_server

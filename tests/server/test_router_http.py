@@ -17,7 +17,7 @@ import pytest
 import torch
 from grpc_helpers import wait_idle
 from router_helpers import TOKEN, in_process_replicas, router_over, wait_until
-from tiny_llama import hf_greedy
+from agentix_testing.tiny_llama import hf_greedy
 from tool_call_model import CALL_ARGUMENTS
 from transformers import AutoModelForCausalLM
 

@@ -1,0 +1,41 @@
+"""The Agentix half of the throughput benchmark: all requests submitted at once."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+import torch
+
+from bench.sim.sharegpt import Request
+from bench.support.measure import peak_rss_mb
+
+
+
+def run_agentix(model_dir: str, requests: Sequence[Request], config: dict[str, Any]
+                ) -> dict[str, Any]:
+    """Greedy generation of every request with exactly its own output length (EOS ignored),
+    through the offline `LLM` with `config` overrides. Returns `tokens`, `seconds` (generate
+    only; loading and a 2-token warm-up excluded), `tokens_per_s`, `preemptions`
+    and `peak_rss_mb` of this process. Uses 2 torch threads."""
+    from engine import LLM, SamplingParams
+
+    torch.set_num_threads(2)
+    llm = LLM(model_dir, **config)
+    llm.generate([list(requests[0][0])], SamplingParams(max_tokens=2, ignore_eos=True))
+    prompts = [list(p) for p, _ in requests]
+    params = [SamplingParams(max_tokens=n, ignore_eos=True) for _, n in requests]
+    start = time.perf_counter()
+    outputs = llm.generate(prompts, params)
+    seconds = time.perf_counter() - start
+    tokens = sum(len(o.token_ids) for o in outputs)
+    if tokens != sum(n for _, n in requests):
+        raise RuntimeError(f"engine generated {tokens} tokens, expected {sum(n for _, n in requests)}")
+    llm.engine.check_integrity()
+    return {
+        "tokens": tokens,
+        "seconds": seconds,
+        "tokens_per_s": tokens / seconds,
+        "preemptions": llm.engine.scheduler.num_preemptions,
+        "peak_rss_mb": peak_rss_mb(),
+    }
