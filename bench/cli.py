@@ -405,9 +405,9 @@ def _finite_capacity(args: argparse.Namespace, targets: list[LatencyTarget],
     from bench.analysis.capacity import find_capacities, write_outputs
     from bench.analysis.sweep_report import capacity_table
 
-    if "kv_events" in multi or "replica_speeds" in multi:
-        raise SystemExit("agentix bench capacity: --kv-events and --replica-speeds are for the "
-                         "steady-state method, not --finite-trace")
+    if "kv_events" in multi or "replica_speeds" in multi or args.set:
+        raise SystemExit("agentix bench capacity: --kv-events, --replica-speeds and --set are "
+                         "for the steady-state method, not --finite-trace")
     print(f"{args.workload} x {args.programs} programs (seed {args.seed}), finite trace, "
           f"{args.model} on {args.preset}{_replicas_text(multi)}; latency targets "
           f"{_targets_text(targets)}", flush=True)
@@ -430,13 +430,16 @@ def _steady_capacity(args: argparse.Namespace, targets: list[LatencyTarget],
 
     config = SteadyConfig(args.warmup_programs, args.window_programs, args.tail_programs,
                           args.max_backlog_growth)
+    overrides = dict(args.set)
+    settings = "".join(f", {field}={value!r}" for field, value in overrides.items())
     print(f"{args.workload} at steady state, seeds {','.join(map(str, args.seeds))}, "
-          f"{args.model} on {args.preset}{_replicas_text(multi)}; latency targets "
+          f"{args.model} on {args.preset}{_replicas_text(multi)}{settings}; latency targets "
           f"{_targets_text(targets)}", flush=True)
     runs = find_steady_capacities(args.workload, args.policies,
                                   [t.seconds_per_token for t in targets], args.seeds, config,
                                   args.start_rate, args.iterations, args.preset, args.model,
-                                  progress=not args.no_progress, **multi)
+                                  progress=not args.no_progress,
+                                  engine_overrides=overrides or None, **multi)
     print()
     print(steady_points_table(runs))
     print(window_text(config, runs))
@@ -494,6 +497,11 @@ def _add_steady_arguments(parser: argparse.ArgumentParser) -> None:
                         default=ss.DEFAULT_MAX_BACKLOG_GROWTH,
                         help="steady state: overloaded when the programs in the system grow over "
                              "the window by more than this fraction of the window's programs")
+    parser.add_argument("--set", type=parse_override, action="append", default=[],
+                        metavar="FIELD=VALUE",
+                        help="steady state: an engine config field for every policy "
+                             "(repeatable), e.g. --set ttft_slo_seconds=0.25; the relative "
+                             "target stays unloaded vllm's without it")
     parser.set_defaults(finite_trace=False)
 
 

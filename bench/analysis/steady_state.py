@@ -225,9 +225,11 @@ def judge(finished: int, measured: int, backlog_grew: bool) -> Verdict:
 def run_steady_point(workload: str, base: Trace, seed: int, policy: str, rate: float,
                      config: SteadyConfig, preset: str = "a100-80g",
                      model: str = "llama-3.1-8b",
-                     multi: dict[str, Any] | None = None) -> SteadyPoint:
+                     multi: dict[str, Any] | None = None,
+                     engine_overrides: dict[str, Any] | None = None) -> SteadyPoint:
     """Simulate `base` (generated at `BASE_RATE` with `seed`) retimed to `rate` under `policy`
-    (on the replicas of `multi`, `bench.sim.multi_sim.replica_options`, when given) until every
+    (with `engine_overrides` on its engine config; on the replicas of `multi`,
+    `bench.sim.multi_sim.replica_options`, when given) until every
     program of the window has finished, the last program has arrived or the backlog grows
     (`BacklogWatch`), and judge it."""
     trace = retimed(base, rate)
@@ -236,7 +238,7 @@ def run_steady_point(workload: str, base: Trace, seed: int, policy: str, rate: f
     watch = BacklogWatch(window, len(measured), config.max_in_system,
                          config.max_backlog_growth)
     stop = EarlyStop(measured, deadline=max(p.arrival for p in trace.programs), watch=watch)
-    result = simulate_trace(trace, policy, preset, model, multi or {}, stop)
+    result = simulate_trace(trace, policy, preset, model, multi or {}, stop, engine_overrides)
     finished = [p for p in result.programs if p.program_id in measured]
     verdict = judge(len(finished), len(measured), watch.tripped)
     first, second = (half_means(finished) if verdict is Verdict.STEADY
@@ -254,12 +256,14 @@ def find_steady_capacities(workload: str, policies: Sequence[str], targets: Sequ
                            replicas: int = 1, placement: str | None = None,
                            cutoff: int | str = DEFAULT_CUTOFF,
                            placement_options: dict | None = None, kv_events: bool = False,
-                           replica_speeds: Sequence[float] | None = None) -> list[SteadyPoint]:
+                           replica_speeds: Sequence[float] | None = None,
+                           engine_overrides: dict[str, Any] | None = None
+                           ) -> list[SteadyPoint]:
     """For each seed, one trace (`SteadyConfig.total_programs` programs) and
     `bench.analysis.capacity.search_policies` over it with `run_steady_point`: every (policy, rate)
     pair run once per seed (on the replicas of `bench.sim.multi_sim.replica_options` when
-    `replicas` > 1 or a `placement` is named). Returns the points seed by seed, in the order
-    run."""
+    `replicas` > 1 or a `placement` is named), with `engine_overrides` on every engine's
+    config. Returns the points seed by seed, in the order run."""
     if not seeds:
         raise ValueError("seeds: must not be empty")
     multi = replica_options(replicas, placement, cutoff, placement_options, kv_events,
@@ -273,7 +277,7 @@ def find_steady_capacities(workload: str, policies: Sequence[str], targets: Sequ
             def point_at(policy: str, rate: float, base: Trace = base,
                          seed: int = seed) -> SweepPoint:
                 runs.append(run_steady_point(workload, base, seed, policy, rate, config,
-                                             preset, model, multi))
+                                             preset, model, multi, engine_overrides))
                 return runs[-1].point
 
             search_policies(policies, targets, point_at, start_rate, iterations, bar)

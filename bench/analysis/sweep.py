@@ -105,12 +105,15 @@ def run_point(workload: str, trace: Trace, policy: str, rate: float,
 
 
 def simulate_trace(trace: Trace, policy: str, preset: str, model: str, multi: dict[str, Any],
-                   stop: EarlyStop | None = None) -> SimResult:
+                   stop: EarlyStop | None = None,
+                   engine_overrides: dict[str, Any] | None = None) -> SimResult:
     """`simulate` (`multi` empty) or `simulate_replicas(**multi)` (`replica_options`), to the
-    end or to `stop`."""
+    end or to `stop`, with `engine_overrides` on every engine's config."""
     if multi:
-        return simulate_replicas(trace, policy, preset=preset, model=model, stop=stop, **multi)
-    return simulate(trace, policy, preset=preset, model=model, stop=stop)
+        return simulate_replicas(trace, policy, preset=preset, model=model, stop=stop,
+                                 engine_overrides=engine_overrides, **multi)
+    return simulate(trace, policy, preset=preset, model=model, stop=stop,
+                    engine_overrides=engine_overrides)
 
 
 def summarize(workload: str, policy: str, rate: float, result: SimResult, num_programs: int,

@@ -256,12 +256,14 @@ def test_the_steady_point_is_the_full_runs_over_the_measured_programs(sharegpt_b
 def fake_points(monkeypatch):
     """`run_steady_point` replaced: mean latency 0.01 r^2 x (1 + seed / 4), overloaded from
     rate 16; the traces generated are listed."""
-    generated, multis = [], []
+    generated, multis, overrides = [], [], []
     monkeypatch.setattr(ss, "generate_trace", lambda w, n, seed, rate:
                         generated.append((w, n, seed, rate)) or at(1.0))
 
-    def fake(workload, base, seed, policy, rate, config, preset, model, multi):
+    def fake(workload, base, seed, policy, rate, config, preset, model, multi,
+             engine_overrides=None):
         multis.append(multi)
+        overrides.append(engine_overrides)
         mean = 0.01 * rate * rate * (1 + seed / 4) * (4.0 if policy == "vllm" else 1.0)
         overloaded = rate >= 16
         verdict = Verdict.BACKLOG if overloaded else Verdict.STEADY
@@ -269,11 +271,11 @@ def fake_points(monkeypatch):
                            verdict, point(rate, mean, policy, overloaded, workload))
 
     monkeypatch.setattr(ss, "run_steady_point", fake)
-    return generated, multis
+    return generated, multis, overrides
 
 
 def test_find_steady_capacities_searches_every_seed(fake_points):
-    generated, _ = fake_points
+    generated, _, _ = fake_points
     config = SteadyConfig(10, 20, 30)
     runs = find_steady_capacities("lats", ["vllm", "atlas"], [0.16], [0, 4], config, 1.0,
                                   iterations=1, progress=False)
@@ -355,7 +357,7 @@ def test_cli_capacity_runs_at_steady_state_by_default(fake_points, tmp_path, cap
               "--fixed-target", "0", "--iterations", "1", "--seeds", "0,4",
               "--warmup-programs", "10", "--window-programs", "20", "--tail-programs", "30",
               "--out", str(tmp_path), "--no-progress", "--replicas", "2"])
-    generated, multis = fake_points
+    generated, multis, _ = fake_points
     assert multis and all(m == dict(replicas=2, placement="agentix", cutoff=2048)
                           for m in multis)
     out = capsys.readouterr().out
@@ -366,3 +368,16 @@ def test_cli_capacity_runs_at_steady_state_by_default(fake_points, tmp_path, cap
     text = (tmp_path / "capacity_lats.md").read_text()
     assert text.startswith("# Steady-state capacity: lats")
     assert "--seeds 0,4" in text
+
+
+def test_cli_capacity_sets_engine_fields_at_steady_state_only(fake_points, tmp_path, capsys):
+    cli.main(["capacity", "--workload", "lats", "--policies", "atlas", "--target", "0.16",
+              "--fixed-target", "0", "--iterations", "0", "--seeds", "0",
+              "--warmup-programs", "10", "--window-programs", "20", "--tail-programs", "30",
+              "--out", str(tmp_path), "--no-progress", "--set", "ttft_slo_seconds=0.25"])
+    _, _, overrides = fake_points
+    assert overrides and all(o == {"ttft_slo_seconds": 0.25} for o in overrides)
+    assert "a100-80g, ttft_slo_seconds=0.25; latency targets" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="--set are for the steady-state method"):
+        cli.main(["capacity", "--workload", "lats", "--finite-trace", "--target", "0.16",
+                  "--set", "ttft_slo_seconds=0.25", "--out", str(tmp_path), "--no-progress"])
