@@ -73,7 +73,10 @@ class SchedulerConfig:
     quantum_growth: float = 2.0
     quantum_steps: int = 64
     calibration_steps: int = 16
-    starvation_beta: float | None = 4.0  # bench/RESULTS.md "Knob sensitivity"
+    # 4.0: its only support is the knob-sensitivity sweep, which is stale (simulated before
+    # the simulator's token-stream fix 051fd4c and program-aware memory; not re-run since):
+    # bench/RESULTS_ARCHIVE.md, "Knob sensitivity".
+    starvation_beta: float | None = 4.0
     service_mode: str = "time"
     program_ttl: float = 600.0
     tenant_halflife: float | None = 300.0

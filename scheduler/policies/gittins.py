@@ -10,7 +10,9 @@ computed from the sizes of finished programs (see `scheduler.gittins`).
   samples; with fewer than that overall, every call waits in the last level, in the order
   below: program FCFS. (ATLAS's order there was measured worse: it runs programs side by
   side, so the first ones finish late and the learner waits for its samples while the
-  queue grows; program FCFS finishes programs soonest. See bench/RESULTS.md.)
+  queue grows; program FCFS finishes programs soonest. Measured on a LATS burst before
+  later simulator changes, not re-run: bench/RESULTS_ARCHIVE.md, "Side by side on the
+  issue's two traces", stale.)
 - The index is binned into the scheduler's levels by its log range over every class's
   table (highest index at level 0; one range, so classes compare), so quanta, priority
   preemption, anti-starvation and the retention ranks work unchanged. A call moves up as
