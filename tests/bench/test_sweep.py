@@ -157,9 +157,11 @@ def fake_sim(monkeypatch):
         calls["generate"].append((workload, num_programs, seed, rate))
         return tiny_trace(rate)
 
-    def fake_simulate(trace, policy, preset="a100-80g", model="llama-3.1-8b", stop=None):
+    def fake_simulate(trace, policy, preset="a100-80g", model="llama-3.1-8b", stop=None,
+                      engine_overrides=None):
         """Each program: one call added at its arrival, its first token `slow` s later and 4
         tokens at `4 * slow`; 10 prompt tokens and 3 decodes computed per call."""
+        assert engine_overrides is None  # sweeps and finite traces set no engine field
         calls["simulate"].append((id(trace), policy, preset, model))
         slow = {"vllm": 2.0, "atlas": 1.0}.get(policy, 1.5)
         programs = [ProgramResult(p.program_id, "test", p.arrival, p.arrival + slow * 4, 4, 1)
