@@ -29,6 +29,18 @@ def test_dry_run_resolves_every_step():
     assert [line.split()[1].rstrip(":") for line in lines] == STEPS
 
 
+def test_the_guides_path_runs_the_same_check():
+    # bench/gpu_check.sh (the path the device guide names) passes its arguments through.
+    steps = "env 10 bench.studies.gpu_check.environment"
+    direct = run_script("--dry-run", GPU_CHECK_STEPS=steps)
+    wrapped = subprocess.run(
+        ["bash", str(ROOT / "bench" / "gpu_check.sh"), "--dry-run"], capture_output=True,
+        text=True, timeout=120, cwd="/",
+        env={**os.environ, "PYTHON": sys.executable, "GPU_CHECK_STEPS": steps})
+    assert wrapped.returncode == direct.returncode == 0, wrapped.stdout + wrapped.stderr
+    assert wrapped.stdout == direct.stdout and "\nok env: " in wrapped.stdout
+
+
 def test_broken_steps_fail_by_name_with_the_reason():
     results = list(check_steps([
         "env 10 bench.studies.gpu_check.environment",
