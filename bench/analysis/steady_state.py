@@ -32,12 +32,12 @@ bounds. Here (DESIGN.md, "Measuring at steady state"):
   workload, a system still filling up: on ShareGPT, whose conversations last up to a few
   minutes, 200 programs of warm-up left the backlog growing by 0.07-0.15 at 6-7/s where 600
   gave -0.09 and -0.03, hence the default of 600). The mean normalized latency of the
-  window's halves (by arrival) is reported beside it.
+  window's halves (by arrival) is reported beside it. An overloaded point misses every target
+  (`bench.analysis.sweep.meets_target`) and reports print "overloaded" instead of its latency.
 - Warm-up check: a backlog verdict also says when the warm-up (in seconds at the rate) was
   shorter than twice the mean time in system over the window (Little's law: the window's
   mean backlog / rate, `BacklogWatch.time_in_system`): such a system may still have been
-  filling rather than overloaded, and wants a longer warm-up (`SteadyPoint.warm_enough`). An overloaded point misses every target
-  (`bench.analysis.sweep.meets_target`) and reports print "overloaded" instead of its latency.
+  filling rather than overloaded, and wants a longer warm-up (`SteadyPoint.warm_enough`).
 - Capacity: per seed, `bench.analysis.capacity.search` (bracket and bisect) for each policy and
   target, on the mean normalized latency over the measured programs; the capacity is
   `bench.analysis.sweep.capacity` of that seed's points, and its spread over seeds (min / median /
@@ -138,7 +138,6 @@ class BacklogWatch:
         self.limit, self.max_growth = limit, max_growth
         self.middle = (window.start + window.end) / 2
         self.halves = [0.0, 0.0]  # backlog x seconds
-        self.covered = 0.0  # seconds of the window seen
         self.last_time, self.last_backlog = 0.0, 0
         self.growth = math.nan
         self.tripped = False
@@ -150,7 +149,6 @@ class BacklogWatch:
             overlap = min(now, hi) - max(self.last_time, lo)
             if overlap > 0:
                 self.halves[half] += overlap * self.last_backlog
-                self.covered += overlap
         if math.isnan(self.growth) and now >= self.window.end:
             half_seconds = self.middle - self.window.start
             self.growth = 2 * (self.halves[1] - self.halves[0]) / half_seconds / self.programs
@@ -162,9 +160,10 @@ class BacklogWatch:
     def time_in_system(self, rate: float) -> float:
         """Little's law over the part of the window seen so far: its time-averaged backlog /
         the arrival `rate` (NaN before the window)."""
-        if self.covered <= 0:
+        covered = min(self.last_time, self.window.end) - self.window.start
+        if covered <= 0:
             return math.nan
-        return (self.halves[0] + self.halves[1]) / self.covered / rate
+        return (self.halves[0] + self.halves[1]) / covered / rate
 
 
 @dataclass(frozen=True)

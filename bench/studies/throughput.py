@@ -31,13 +31,17 @@ def run_order(repeat: int, agentix: Sequence[str], hf: Sequence[str]) -> list[st
     return [*agentix, *hf] if repeat % 2 == 0 else [*hf, *agentix]
 
 
+def _best_hf(runs: Sequence[Run]) -> float:
+    """The fastest transformers run's tokens/s."""
+    return max(r["tokens_per_s"] for name, r in runs if not name.startswith("agentix"))
+
+
 def best_ratio(runs: Sequence[Run]) -> tuple[str, float]:
     """(label, ratio): the fastest agentix run of a repeat over its fastest transformers run,
     in tokens/s."""
-    best_hf = max(r["tokens_per_s"] for name, r in runs if not name.startswith("agentix"))
     name, best = max(((n, r) for n, r in runs if n.startswith("agentix")),
                      key=lambda run: run[1]["tokens_per_s"])
-    return name, best["tokens_per_s"] / best_hf
+    return name, best["tokens_per_s"] / _best_hf(runs)
 
 
 def spread_text(ratios: Sequence[float]) -> str:
@@ -48,7 +52,7 @@ def spread_text(ratios: Sequence[float]) -> str:
 
 
 def _table(runs: Sequence[Run], repeat: int) -> str:
-    best_hf = max(r["tokens_per_s"] for name, r in runs if not name.startswith("agentix"))
+    best_hf = _best_hf(runs)
     lines = ["| repeat | engine | tokens | seconds | tokens/s | peak RSS MiB | preemptions "
              "| vs best transformers |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name, r in runs:

@@ -352,11 +352,16 @@ def test_cli_capacity_flags_parse():
             parser.parse_args(["capacity", "--workload", "lats", *bad])
 
 
-def test_cli_capacity_runs_at_steady_state_by_default(fake_points, tmp_path, capsys):
-    cli.main(["capacity", "--workload", "lats", "--policies", "vllm,atlas", "--target", "0.16",
-              "--fixed-target", "0", "--iterations", "1", "--seeds", "0,4",
+def run_small_capacity(tmp_path, *flags: str) -> None:
+    """`agentix bench capacity` on lats, target 0.16 only, a 10 / 20 / 30-program window."""
+    cli.main(["capacity", "--workload", "lats", "--target", "0.16", "--fixed-target", "0",
               "--warmup-programs", "10", "--window-programs", "20", "--tail-programs", "30",
-              "--out", str(tmp_path), "--no-progress", "--replicas", "2"])
+              "--out", str(tmp_path), "--no-progress", *flags])
+
+
+def test_cli_capacity_runs_at_steady_state_by_default(fake_points, tmp_path, capsys):
+    run_small_capacity(tmp_path, "--policies", "vllm,atlas", "--iterations", "1",
+                       "--seeds", "0,4", "--replicas", "2")
     generated, multis, _ = fake_points
     assert multis and all(m == dict(replicas=2, placement="agentix", cutoff=2048)
                           for m in multis)
@@ -371,10 +376,8 @@ def test_cli_capacity_runs_at_steady_state_by_default(fake_points, tmp_path, cap
 
 
 def test_cli_capacity_sets_engine_fields_at_steady_state_only(fake_points, tmp_path, capsys):
-    cli.main(["capacity", "--workload", "lats", "--policies", "atlas", "--target", "0.16",
-              "--fixed-target", "0", "--iterations", "0", "--seeds", "0",
-              "--warmup-programs", "10", "--window-programs", "20", "--tail-programs", "30",
-              "--out", str(tmp_path), "--no-progress", "--set", "ttft_slo_seconds=0.25"])
+    run_small_capacity(tmp_path, "--policies", "atlas", "--iterations", "0", "--seeds", "0",
+                       "--set", "ttft_slo_seconds=0.25")
     _, _, overrides = fake_points
     assert overrides and all(o == {"ttft_slo_seconds": 0.25} for o in overrides)
     assert "a100-80g, ttft_slo_seconds=0.25; latency targets" in capsys.readouterr().out
