@@ -18,6 +18,11 @@ from server import agentix_pb2_grpc
 TOKENS = {"tok-honest": "honest", "tok-gamer": "gamer"}
 CALLS = 6
 PROMPT = [1, 11, 12, 13, 14, 15, 16, 17]
+# Each race call decodes this many tokens (about 0.2 s here): far longer than a client's round
+# trip between its calls, so a higher-priority call always arrives while another still runs
+# (at 8 tokens, a 10 ms stall of the gamer's thread on a loaded machine let the honest call
+# finish in the gap, and CI failed).
+RACE_TOKENS = 128
 
 
 ROUTES = ("fresh", "never_end", "in_turn")
@@ -40,7 +45,7 @@ def race(model_dir: str, tenant_halflife: float | None, route: str = "fresh") ->
     and swap preemption; the gamer's go by `route`. Returns who finished each call, in
     completion order."""
     server = start(model_dir, auth_tokens=TOKENS, max_num_seqs=1, service_mode="tokens",
-                   quantum_base=8, num_queues=6, starvation_beta=None,
+                   quantum_base=RACE_TOKENS, num_queues=6, starvation_beta=None,
                    preemption_mode="swap", num_host_blocks=64, tenant_halflife=tenant_halflife)
     order: list[str] = []
     lock = threading.Lock()
@@ -60,7 +65,7 @@ def race(model_dir: str, tenant_halflife: float | None, route: str = "fresh") ->
                 barrier.wait()
                 for pid in pids:
                     _, _, final = collect(stub.Generate(
-                        gen_request(PROMPT, pid, max_tokens=8, ignore_eos=True),
+                        gen_request(PROMPT, pid, max_tokens=RACE_TOKENS, ignore_eos=True),
                         metadata=metadata))
                     assert final.finish_reason == "length"
                     with lock:
