@@ -414,7 +414,8 @@ def _finite_capacity(args: argparse.Namespace, targets: list[LatencyTarget],
     points = find_capacities(args.workload, args.policies,
                              [t.seconds_per_token for t in targets], args.programs, args.seed,
                              args.start_rate, args.iterations, args.preset, args.model,
-                             progress=not args.no_progress, **multi)
+                             progress=not args.no_progress,
+                             max_expansions=args.max_expansions, **multi)
     for target in targets:
         print()
         print(capacity_table(points, target.seconds_per_token))
@@ -439,7 +440,8 @@ def _steady_capacity(args: argparse.Namespace, targets: list[LatencyTarget],
                                   [t.seconds_per_token for t in targets], args.seeds, config,
                                   args.start_rate, args.iterations, args.preset, args.model,
                                   progress=not args.no_progress,
-                                  engine_overrides=overrides or None, **multi)
+                                  engine_overrides=overrides or None,
+                                  max_expansions=args.max_expansions, **multi)
     print()
     print(steady_points_table(runs))
     print(window_text(config, runs))
@@ -558,6 +560,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="comma-separated program arrival rates per second")
     sw.set_defaults(run=_sweep)
 
+    from bench.analysis.capacity import MAX_EXPANSIONS
+
     cap = sub.add_parser("capacity", help="each policy's capacity at two latency targets by "
                          "bracketing and bisection, at steady state")
     _add_policy_run_arguments(cap, programs=300, out_files="capacity_<workload>.*")
@@ -565,6 +569,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="first rate tried for every policy (programs/s)")
     cap.add_argument("--iterations", type=int, default=3,
                      help="bisection steps per policy and target")
+    cap.add_argument("--max-expansions", type=_nonnegative_int, default=MAX_EXPANSIONS,
+                     help="rates tried past --start-rate (doubling or halving) to find a "
+                          f"bracket (default {MAX_EXPANSIONS}; 0: run --start-rate alone)")
     cap.add_argument("--fixed-target", type=_nonnegative_float, default=FIXED_TARGET,
                      help=f"a second, absolute latency target in s/token (default "
                           f"{FIXED_TARGET:g}; 0: none)")

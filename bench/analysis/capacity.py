@@ -34,6 +34,7 @@ from bench.sim.multi_sim import DEFAULT_CUTOFF, replica_options
 from bench.sim.trace import Trace
 
 BASE_RATE = 1.0
+MAX_EXPANSIONS = 8  # doublings (or halvings) tried for a bracket, at most
 
 
 @dataclass(frozen=True)
@@ -53,9 +54,10 @@ def retimed(trace: Trace, rate: float, base_rate: float = BASE_RATE) -> Trace:
 
 
 def search(run: Callable[[float], SweepPoint], target: float, start_rate: float,
-           iterations: int = 3, max_expansions: int = 8) -> list[SweepPoint]:
+           iterations: int = 3, max_expansions: int = MAX_EXPANSIONS) -> list[SweepPoint]:
     """Points run by `run(rate)` to bracket and bisect one policy's crossing of `target`,
-    in the order run. Stops early when no bracket is found within `max_expansions`."""
+    in the order run. Stops early when no bracket is found within `max_expansions` (0: runs
+    `start_rate` only)."""
     if not start_rate > 0:
         raise ValueError(f"start_rate: must be > 0, got {start_rate}")
     if iterations < 0 or max_expansions < 0:
@@ -82,7 +84,8 @@ def find_capacities(workload: str, policies: Sequence[str], targets: Sequence[fl
                     preset: str = "a100-80g", model: str = "llama-3.1-8b",
                     progress: bool = True, replicas: int = 1, placement: str | None = None,
                     cutoff: int | str = DEFAULT_CUTOFF,
-                    placement_options: dict | None = None) -> list[SweepPoint]:
+                    placement_options: dict | None = None,
+                    max_expansions: int = MAX_EXPANSIONS) -> list[SweepPoint]:
     """Run `search` for every policy and then every target on one trace; every (policy, rate)
     pair is run once (on `replicas` engines behind `placement` when either is given, see
     `run_point`: the rates found are those of the whole group). Returns the points, policy
@@ -93,12 +96,13 @@ def find_capacities(workload: str, policies: Sequence[str], targets: Sequence[fl
         return search_policies(
             policies, targets, lambda policy, rate: run_point(
                 workload, retimed(base, rate), policy, rate, preset, model, **multi),
-            start_rate, iterations, bar)
+            start_rate, iterations, bar, max_expansions)
 
 
 def search_policies(policies: Sequence[str], targets: Sequence[float],
                     point_at: Callable[[str, float], SweepPoint], start_rate: float,
-                    iterations: int = 3, bar: tqdm | None = None) -> list[SweepPoint]:
+                    iterations: int = 3, bar: tqdm | None = None,
+                    max_expansions: int = MAX_EXPANSIONS) -> list[SweepPoint]:
     """`search` every target for every policy, a policy's targets one after the other, with
     `point_at(policy, rate)` run once per (policy, rate) pair (`memoized`); `bar`, if given,
     shows the pair being run and counts the runs. Returns the points in the order run."""
@@ -114,7 +118,7 @@ def search_policies(policies: Sequence[str], targets: Sequence[float],
 
         once = memoized(run)
         for target in targets:
-            search(once, target, start_rate, iterations)
+            search(once, target, start_rate, iterations, max_expansions)
     return points
 
 

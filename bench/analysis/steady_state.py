@@ -53,7 +53,7 @@ from typing import Any, Sequence
 
 from tqdm import tqdm
 
-from bench.analysis.capacity import BASE_RATE, retimed, search_policies
+from bench.analysis.capacity import BASE_RATE, MAX_EXPANSIONS, retimed, search_policies
 from bench.analysis.sweep import SweepPoint, capacity, generate_trace, simulate_trace, summarize
 from bench.sim.metrics import ProgramRecord, compute_metrics
 from bench.sim.multi_sim import DEFAULT_CUTOFF, replica_options
@@ -256,8 +256,8 @@ def find_steady_capacities(workload: str, policies: Sequence[str], targets: Sequ
                            cutoff: int | str = DEFAULT_CUTOFF,
                            placement_options: dict | None = None, kv_events: bool = False,
                            replica_speeds: Sequence[float] | None = None,
-                           engine_overrides: dict[str, Any] | None = None
-                           ) -> list[SteadyPoint]:
+                           engine_overrides: dict[str, Any] | None = None,
+                           max_expansions: int = MAX_EXPANSIONS) -> list[SteadyPoint]:
     """For each seed, one trace (`SteadyConfig.total_programs` programs) and
     `bench.analysis.capacity.search_policies` over it with `run_steady_point`: every (policy, rate)
     pair run once per seed (on the replicas of `bench.sim.multi_sim.replica_options` when
@@ -279,7 +279,8 @@ def find_steady_capacities(workload: str, policies: Sequence[str], targets: Sequ
                                              preset, model, multi, engine_overrides))
                 return runs[-1].point
 
-            search_policies(policies, targets, point_at, start_rate, iterations, bar)
+            search_policies(policies, targets, point_at, start_rate, iterations, bar,
+                            max_expansions)
     return runs
 
 

@@ -162,3 +162,17 @@ def test_cli_capacity_fixed_target_zero_searches_one(monkeypatch, tmp_path, caps
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["capacity", "--workload", "mixed", "--fixed-target",
                                        "-1"])
+
+
+def test_cli_capacity_max_expansions_zero_runs_the_start_rate_alone(monkeypatch, tmp_path):
+    rates, text = cli_capacity(monkeypatch, tmp_path, "--fixed-target", "0",
+                               "--max-expansions", "0", "--iterations", "0")
+    assert rates == [1.0]
+    assert "--max-expansions 0" in text
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["capacity", "--workload", "mixed", "--max-expansions",
+                                       "-1"])
+
+
+def test_search_with_no_expansions_runs_only_the_start():
+    assert [p.rate for p in search(quadratic, 0.16, 2.0, iterations=3, max_expansions=0)] == [2.0]
