@@ -2,9 +2,15 @@
 
 A rank is an opaque number set by whoever frees a block (the scheduler: its owner's
 priority); the list never interprets it beyond ordering. Eviction takes the lowest rank first
-and, inside a rank, the block that entered that rank first (LRU). Every operation is O(log R)
-plus the blocks it touches, where R is the number of distinct ranks present (a handful: the
-scheduler uses one rank per queue level and state), so nothing scans all blocks.
+and, inside a rank, the block that entered that rank first (LRU).
+
+Blocks sit in runs: a run is blocks of one owner that entered one rank one after another
+(a freed table, a retained program's KV), oldest first, and a rank is its runs in the order
+they entered it. So re-ranking an owner whose blocks form one run moves that run whole, in
+O(log R) (R: the distinct ranks present, a handful), however long its program's context;
+several runs are merged in the order their blocks were added (C-level sort). Adding and
+removing a block are O(1) plus O(log R) when a rank appears or empties; nothing scans all
+blocks.
 """
 
 from __future__ import annotations
@@ -15,64 +21,91 @@ from collections import OrderedDict
 from collections.abc import Hashable, Iterator
 
 
+class _Run:
+    """Blocks of one owner (None: ownerless) at one rank, in the order they entered it."""
+
+    __slots__ = ("rank", "owner", "blocks")
+
+    def __init__(self, rank: float, owner: Hashable, blocks: OrderedDict[int, None]) -> None:
+        self.rank = rank
+        self.owner = owner
+        self.blocks = blocks
+
+
 class RankedFreeList:
     """Blocks keyed by id, each with a rank and an owner (any hashable, or None). A set of
     owners may be marked counted: `num_counted` is the number of their blocks here, kept
     up to date as blocks come and go."""
 
     def __init__(self) -> None:
-        self._buckets: dict[float, OrderedDict[int, None]] = {}
-        self._ranks: list[float] = []  # sorted ranks with a non-empty bucket
-        self._rank_of: dict[int, float] = {}
-        self._owner_of: dict[int, Hashable] = {}
-        self._blocks_of: dict[Hashable, set[int]] = {}
+        self._runs_at: dict[float, OrderedDict[_Run, None]] = {}  # oldest run first
+        self._size_at: dict[float, int] = {}  # blocks per rank
+        self._ranks: list[float] = []  # sorted ranks with a run
+        self._run_of: dict[int, _Run] = {}
+        self._runs_of: dict[Hashable, set[_Run]] = {}  # owner (not None) -> its runs
+        self._count_of: dict[Hashable, int] = {}  # owner (not None) -> its blocks here
         self._seq_of: dict[int, int] = {}  # when each block was added: LRU across re-ranks
         self._seq = itertools.count()
         self._counted: set[Hashable] = set()
         self._num_counted = 0
 
     def __len__(self) -> int:
-        return len(self._rank_of)
+        return len(self._run_of)
 
     def __contains__(self, block: int) -> bool:
-        return block in self._rank_of
+        return block in self._run_of
 
     def __iter__(self) -> Iterator[int]:
-        return iter(self._rank_of)
+        return iter(self._run_of)
 
     def rank_of(self, block: int) -> float:
-        return self._rank_of[block]
+        return self._run_of[block].rank
 
     def owner_of(self, block: int) -> Hashable:
-        return self._owner_of.get(block)
+        run = self._run_of.get(block)
+        return run.owner if run is not None else None
 
     def add(self, block: int, rank: float, owner: Hashable = None) -> None:
         """Add `block` as the most recent of `rank`; ValueError if it is already here."""
-        if block in self._rank_of:
+        if block in self._run_of:
             raise ValueError(f"block {block} is already on the free list")
         self._seq_of[block] = next(self._seq)
-        self._put(block, rank)
+        runs = self._runs_at.get(rank)
+        run = next(reversed(runs)) if runs else None
+        if run is None or run.owner != owner:
+            run = _Run(rank, owner, OrderedDict())
+            self._attach(run)
+            if owner is not None:
+                self._runs_of.setdefault(owner, set()).add(run)
+        run.blocks[block] = None
+        self._run_of[block] = run
+        self._size_at[rank] += 1
         if owner is not None:
-            self._owner_of[block] = owner
-            self._blocks_of.setdefault(owner, set()).add(block)
+            self._count_of[owner] = self._count_of.get(owner, 0) + 1
             self._num_counted += owner in self._counted
 
     def remove(self, block: int) -> None:
         """Take `block` off the list (revived or evicted); KeyError if it is not here."""
-        rank = self._rank_of.pop(block)
+        run = self._run_of.pop(block)
         del self._seq_of[block]
-        self._drop_from_bucket(block, rank)
-        owner = self._owner_of.pop(block, None)
+        del run.blocks[block]
+        self._size_at[run.rank] -= 1
+        owner = run.owner
+        if not run.blocks:
+            self._detach(run)
+            if owner is not None:
+                self._forget_run(run)
         if owner is not None:
-            owned = self._blocks_of[owner]
-            owned.discard(block)
-            if not owned:
-                del self._blocks_of[owner]
+            left = self._count_of[owner] - 1
+            if left:
+                self._count_of[owner] = left
+            else:
+                del self._count_of[owner]
             self._num_counted -= owner in self._counted
 
     def count_of(self, owner: Hashable) -> int:
         """Blocks of `owner` on the list."""
-        return len(self._blocks_of.get(owner, ()))
+        return self._count_of.get(owner, 0)
 
     @property
     def num_counted(self) -> int:
@@ -95,35 +128,58 @@ class RankedFreeList:
         """Move every block of `owner` to `rank`; they become the most recent there, keeping
         their relative LRU order (a freed table's tail still goes first). Returns how many
         moved; blocks already at `rank` stay put."""
-        moving = [b for b in self._blocks_of.get(owner, ()) if self._rank_of[b] != rank]
-        for block in sorted(moving, key=self._seq_of.__getitem__):
-            self._drop_from_bucket(block, self._rank_of[block])
-            self._put(block, rank)
-        return len(moving)
+        moving = [run for run in self._runs_of.get(owner, ()) if run.rank != rank]
+        for run in moving:
+            self._detach(run)
+        if len(moving) == 1:
+            run = moving[0]
+        elif moving:
+            for old in moving:
+                self._forget_run(old)
+            blocks = sorted(itertools.chain.from_iterable(r.blocks for r in moving),
+                            key=self._seq_of.__getitem__)
+            run = _Run(rank, owner, OrderedDict.fromkeys(blocks))
+            self._run_of.update(dict.fromkeys(blocks, run))
+            self._runs_of.setdefault(owner, set()).add(run)
+        else:
+            return 0
+        run.rank = rank
+        self._attach(run)
+        return len(run.blocks)
 
     def count_at_most(self, max_rank: float) -> int:
         """Blocks whose rank is <= `max_rank`."""
         end = bisect.bisect_right(self._ranks, max_rank)
-        return sum(len(self._buckets[r]) for r in self._ranks[:end])
+        return sum(self._size_at[r] for r in self._ranks[:end])
 
     def lowest(self) -> tuple[int, float] | None:
         """The next block to evict and its rank, or None when empty. Changes nothing."""
         if not self._ranks:
             return None
         rank = self._ranks[0]
-        return next(iter(self._buckets[rank])), rank
+        return next(iter(next(iter(self._runs_at[rank])).blocks)), rank
 
-    def _put(self, block: int, rank: float) -> None:
-        bucket = self._buckets.get(rank)
-        if bucket is None:
-            bucket = self._buckets[rank] = OrderedDict()
-            bisect.insort(self._ranks, rank)
-        bucket[block] = None
-        self._rank_of[block] = rank
+    def _attach(self, run: _Run) -> None:
+        """Put `run` (and its blocks) last at its rank."""
+        runs = self._runs_at.get(run.rank)
+        if runs is None:
+            runs = self._runs_at[run.rank] = OrderedDict()
+            self._size_at[run.rank] = 0
+            bisect.insort(self._ranks, run.rank)
+        runs[run] = None
+        self._size_at[run.rank] += len(run.blocks)
 
-    def _drop_from_bucket(self, block: int, rank: float) -> None:
-        bucket = self._buckets[rank]
-        del bucket[block]
-        if not bucket:
-            del self._buckets[rank]
-            del self._ranks[bisect.bisect_left(self._ranks, rank)]
+    def _detach(self, run: _Run) -> None:
+        """Take `run` (and its blocks) off its rank."""
+        runs = self._runs_at[run.rank]
+        del runs[run]
+        self._size_at[run.rank] -= len(run.blocks)
+        if not runs:
+            del self._runs_at[run.rank], self._size_at[run.rank]
+            del self._ranks[bisect.bisect_left(self._ranks, run.rank)]
+
+    def _forget_run(self, run: _Run) -> None:
+        owned = self._runs_of[run.owner]
+        owned.discard(run)
+        if not owned:
+            del self._runs_of[run.owner]

@@ -2,6 +2,8 @@
 blocks before any cached one, rank-bounded allocation, and what the eviction hook hears."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvcache import BlockPool
 from kvcache.ranked_free_list import RankedFreeList
@@ -212,3 +214,74 @@ def test_set_rank_keeps_the_tail_first_eviction_order_of_a_freed_table():
     order, _ = evict_all(pool)
     pool.check_integrity({1: 1, 2: 1, 3: 1, 4: 1})
     assert order == [3, 2, 1]
+
+
+class NaiveFreeList:
+    """The list's contract, spelled out slowly: every block with its rank, owner, add time
+    and the time it entered its rank; eviction order is (rank, time entered)."""
+
+    def __init__(self) -> None:
+        self.blocks: dict[int, list] = {}  # block -> [rank, owner, added, entered]
+        self.clock = 0
+
+    def tick(self) -> int:
+        self.clock += 1
+        return self.clock
+
+    def add(self, block, rank, owner):
+        now = self.tick()
+        self.blocks[block] = [rank, owner, now, now]
+
+    def set_rank(self, owner, rank) -> int:
+        moving = sorted((b for b, e in self.blocks.items() if e[1] == owner and owner is not None
+                         and e[0] != rank), key=lambda b: self.blocks[b][2])
+        for block in moving:
+            self.blocks[block][0], self.blocks[block][3] = rank, self.tick()
+        return len(moving)
+
+    def order(self) -> list[int]:
+        return sorted(self.blocks, key=lambda b: (self.blocks[b][0], self.blocks[b][3]))
+
+
+# Adds and re-ranks weigh most, so owners often hold runs at several ranks (merged on a
+# re-rank) and runs often follow other owners' runs.
+OPS = st.lists(st.tuples(st.sampled_from(["add"] * 3 + ["set_rank"] * 2 +
+                                         ["remove", "evict", "count"]),
+                         st.integers(0, 7), st.sampled_from([0.0, 1.0, 2.5]),
+                         st.sampled_from([None, "a", "b"])), max_size=60)
+
+
+@settings(max_examples=400, deadline=None)
+@given(OPS)
+def test_runs_evict_in_the_order_of_the_naive_contract(ops):
+    """Random adds, removes, re-ranks (runs moved whole or merged), evictions and counts:
+    the same eviction order, ranks, owners and counts as the naive model at every step."""
+    free, naive = RankedFreeList(), NaiveFreeList()
+    free.set_counted("a", True)
+    for op, block, rank, owner in ops:
+        if op == "add" and block not in naive.blocks:
+            free.add(block, rank, owner)
+            naive.add(block, rank, owner)
+        elif op == "remove" and block in naive.blocks:
+            free.remove(block)
+            del naive.blocks[block]
+        elif op == "set_rank":
+            assert free.set_rank(owner, rank) == naive.set_rank(owner, rank)
+        elif op == "evict" and naive.blocks:
+            lowest = naive.order()[0]
+            assert free.lowest() == (lowest, naive.blocks[lowest][0])
+            free.remove(lowest)
+            del naive.blocks[lowest]
+        elif op == "count":
+            assert free.count_at_most(rank) == sum(e[0] <= rank for e in naive.blocks.values())
+        assert sorted(free) == sorted(naive.blocks) and len(free) == len(naive.blocks)
+        for who in ("a", "b"):
+            assert free.count_of(who) == sum(e[1] == who for e in naive.blocks.values())
+        assert free.num_counted == free.count_of("a")
+    for block, (rank, owner, _, _) in naive.blocks.items():
+        assert (free.rank_of(block), free.owner_of(block)) == (rank, owner)
+    drained = []
+    while free.lowest() is not None:
+        drained.append(free.lowest()[0])
+        free.remove(drained[-1])
+    assert drained == naive.order()
