@@ -116,13 +116,16 @@ class BlockPool:
         ref count 0.
         """
         self._check_free(block_ids)
+        refs, index, cached = self._refs, self._index, []
         for block in reversed(block_ids):
-            self._refs[block] -= 1
-            if self._refs[block] == 0:
-                if block in self._index:
-                    self._cached.add(block, rank, owner)
+            refs[block] -= 1
+            if refs[block] == 0:
+                if block in index:
+                    cached.append(block)
                 else:
                     self._plain[block] = None
+        if cached:
+            self._cached.add_many(cached, rank, owner)
 
     def _check_free(self, block_ids: Sequence[int]) -> None:
         """Raise (ValueError, KVCacheIntegrityError) unless each listed block is a usable id
@@ -159,14 +162,22 @@ class BlockPool:
         return self._cached.set_rank(owner, rank)
 
     def incref(self, block_ids: Iterable[int]) -> None:
-        """Add one ref to each block; a free block leaves the free list, keeping its content."""
+        """Add one ref to each block; a free block leaves the free list, keeping its content.
+        ValueError, changing nothing, for an id that is not a usable block."""
+        block_ids = list(block_ids)
+        if block_ids and not (self._first <= min(block_ids) and max(block_ids) < self.num_blocks):
+            for block in block_ids:
+                self._check_id(block)
+        refs, cached, revived = self._refs, self._cached, []
         for block in block_ids:
-            if self._refs[self._check_id(block)] == 0:
-                if block in self._cached:
-                    self._cached.remove(block)
+            if refs[block] == 0:
+                if block in cached:
+                    revived.append(block)
                 else:
                     del self._plain[block]
-            self._refs[block] += 1
+            refs[block] += 1
+        if revived:
+            cached.remove_many(revived)
 
     def register(self, block_id: int, block_hash: int, token_ids: Sequence[int]) -> None:
         """Record a full, computed, held block under `block_hash` in the prefix index.
@@ -196,6 +207,12 @@ class BlockPool:
     def lookup(self, block_hash: int, token_ids: Sequence[int]) -> int | None:
         """The cached block with this hash AND these token ids, else None. Changes nothing."""
         return self._index.lookup(block_hash, token_ids)
+
+    def lookup_run(self, hashes: Sequence[int], token_ids: Sequence[int], first: int, end: int,
+                   block_size: int) -> list[int]:
+        """`lookup` of a chain of full blocks, up to the first miss (`PrefixIndex.lookup_run`).
+        Changes nothing."""
+        return self._index.lookup_run(hashes, token_ids, first, end, block_size)
 
     def has_hash(self, block_hash: int) -> bool:
         return self._index.has_hash(block_hash)

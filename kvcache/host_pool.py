@@ -90,6 +90,11 @@ class HostBlockPool:
         """The cached host block with this hash and these token ids, else None."""
         return self._index.lookup(block_hash, token_ids)
 
+    def lookup_run(self, hashes: Sequence[int], token_ids: Sequence[int], first: int, end: int,
+                   block_size: int) -> list[int]:
+        """`lookup` of a chain of full blocks, up to the first miss (`PrefixIndex.lookup_run`)."""
+        return self._index.lookup_run(hashes, token_ids, first, end, block_size)
+
     def is_cached(self, block: int) -> bool:
         """Whether the block holds a findable prefix block."""
         return block in self._cached

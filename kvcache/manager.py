@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 from kvcache.block_pool import BlockPool
@@ -169,21 +169,28 @@ class KVCacheManager:
         state = self._calls.get(call_id)
         return max(0, -(-num_tokens // self.block_size) - (len(state.device) if state else 0))
 
-    def match_prefix(self, call_id: Hashable, token_ids: Sequence[int]) -> int:
+    def match_prefix(self, call_id: Hashable, token_ids: Sequence[int],
+                     hashes: list[int] | None = None) -> int:
         """Adopt the longest run of device-cached full blocks of `token_ids` as the call's table.
 
         For a call without blocks. The hit leaves at least one token to compute, so it covers
         at most `len(token_ids) - 1` tokens, in whole blocks. Each hit block gains one ref
         (cached free blocks are revived). Returns the number of cached tokens; 0, changing
         nothing, when prefix caching is off.
+
+        `hashes`: a list the caller keeps with this call across frees (a waiting call may be
+        matched and released many times), holding the chain hashes of its first full blocks;
+        the manager reads and extends it in place instead of hashing them again. Pass it only
+        for the token ids it was made for (they may grow, never change).
         """
         if not self.enable_prefix_caching:
             return 0
         state = self._calls.setdefault(call_id, _CallBlocks())
         if state.device or state.swapped:
             raise ValueError(f"call_id {call_id!r} already has blocks")
-        hits = self._cached_run(self.pool.lookup, state, token_ids, 0,
-                                self._max_hit_blocks(token_ids))
+        if hashes is not None:
+            state.hashes = hashes
+        hits = self._cached_run(self.pool, state, token_ids, 0, self._max_hit_blocks(token_ids))
         self.pool.incref(hits)
         state.device = hits
         state.num_registered = len(hits)
@@ -195,7 +202,7 @@ class KVCacheManager:
         state = self._calls.get(call_id)
         if state is None or state.swapped or self.host_pool.num_cached == 0:
             return 0
-        return len(self._cached_run(self.host_pool.lookup, state, token_ids, len(state.device),
+        return len(self._cached_run(self.host_pool, state, token_ids, len(state.device),
                                     self._max_hit_blocks(token_ids)))
 
     def fetch_prefix(self, call_id: Hashable, token_ids: Sequence[int], num_blocks: int,
@@ -206,8 +213,7 @@ class KVCacheManager:
         if the device is short of blocks of rank <= `max_rank`."""
         state = self._calls[call_id]
         first = len(state.device)
-        host = self._cached_run(self.host_pool.lookup, state, token_ids, first,
-                                first + num_blocks)
+        host = self._cached_run(self.host_pool, state, token_ids, first, first + num_blocks)
         if len(host) < num_blocks:
             raise ValueError(f"call_id {call_id!r}: block {first + len(host)} of its prefix "
                              f"is not on host")
@@ -230,8 +236,8 @@ class KVCacheManager:
         if self.host_pool.num_cached == 0 or not self.enable_prefix_caching:
             return []
         state, end = _CallBlocks(), len(token_ids) // self.block_size
-        first = len(self._cached_run(self.pool.lookup, state, token_ids, 0, end))
-        host = self._cached_run(self.host_pool.lookup, state, token_ids, first, end)
+        first = len(self._cached_run(self.pool, state, token_ids, 0, end))
+        host = self._cached_run(self.host_pool, state, token_ids, first, end)
         host = host[:self.pool.num_evictable(max_rank)]
         if not host:
             return []
@@ -493,22 +499,12 @@ class KVCacheManager:
             states.append(state)
         return states
 
-    def _cached_run(self, lookup: Callable[[int, Sequence[int]], int | None],
-                    state: _CallBlocks, token_ids: Sequence[int], first: int,
-                    end: int) -> list[int]:
-        """The cached blocks `lookup` finds for the call's full blocks `first`, `first + 1`,
-        ... before `end`, up to the first miss."""
-        size, blocks = self.block_size, []
-        hashes = self._chain_hashes(state, token_ids, first)
-        for i in range(first, end):
-            tokens = tuple(token_ids[i * size:(i + 1) * size])
-            if i == len(hashes):
-                self._append_hash(hashes, tokens)
-            block = lookup(hashes[i], tokens)
-            if block is None:
-                break
-            blocks.append(block)
-        return blocks
+    def _cached_run(self, pool: BlockPool | HostBlockPool, state: _CallBlocks,
+                    token_ids: Sequence[int], first: int, end: int) -> list[int]:
+        """The blocks `pool` has cached for the call's full blocks `first`, `first + 1`, ...
+        before `end`, up to the first miss (their chain hashes computed, or kept, to `end`)."""
+        hashes = self._chain_hashes(state, token_ids, end)
+        return pool.lookup_run(hashes, token_ids, first, end, self.block_size)
 
     def _max_hit_blocks(self, token_ids: Sequence[int]) -> int:
         return max(0, (len(token_ids) - 1) // self.block_size)

@@ -4,6 +4,7 @@ and, for the device tier, the KV events of what it indexes and forgets."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import chain
 
 from kvcache.cache_events import CacheEvents
 from kvcache.errors import KVCacheIntegrityError
@@ -50,6 +51,25 @@ class PrefixIndex:
         if block is None or self._tokens_of[block] != tuple(token_ids):
             return None
         return block
+
+    def lookup_run(self, hashes: Sequence[int], token_ids: Sequence[int], first: int, end: int,
+                   block_size: int) -> list[int]:
+        """`lookup` of the full blocks `first`, `first + 1`, ... before `end` of `token_ids`
+        (`hashes[i]`: block i's chain hash): the blocks found, up to the first miss. The
+        hashes are looked up, and the run's token ids compared, in bulk; only a run whose
+        tokens differ somewhere (a hash collision) is walked block by block."""
+        found = list(map(self._block_of.get, hashes[first:end]))
+        if None in found:
+            del found[found.index(None):]
+        start, stop = first * block_size, (first + len(found)) * block_size
+        if list(chain.from_iterable(map(self._tokens_of.__getitem__, found))) == \
+                list(token_ids[start:stop]):
+            return found
+        for n, block in enumerate(found):
+            at = start + n * block_size
+            if self._tokens_of[block] != tuple(token_ids[at:at + block_size]):
+                return found[:n]
+        return found
 
     def entry(self, block: int) -> tuple[int, tuple[int, ...]]:
         """(hash, token ids) of an indexed block."""

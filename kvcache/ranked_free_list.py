@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections import OrderedDict
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable, Iterator, Sequence
 
 
 class _Run:
@@ -67,9 +67,19 @@ class RankedFreeList:
 
     def add(self, block: int, rank: float, owner: Hashable = None) -> None:
         """Add `block` as the most recent of `rank`; ValueError if it is already here."""
-        if block in self._run_of:
-            raise ValueError(f"block {block} is already on the free list")
-        self._seq_of[block] = next(self._seq)
+        self.add_many([block], rank, owner)
+
+    def add_many(self, blocks: Sequence[int], rank: float, owner: Hashable = None) -> None:
+        """`add` each of `blocks` in order (the last listed is the most recent), in bulk;
+        ValueError, changing nothing, if one is already here or listed twice."""
+        if not self._run_of.keys().isdisjoint(blocks):
+            dup = next(b for b in blocks if b in self._run_of)
+            raise ValueError(f"block {dup} is already on the free list")
+        if len(set(blocks)) != len(blocks):
+            raise ValueError(f"blocks: one is listed twice in {list(blocks)!r}")
+        if not blocks:
+            return
+        self._seq_of.update(zip(blocks, self._seq))
         runs = self._runs_at.get(rank)
         run = next(reversed(runs)) if runs else None
         if run is None or run.owner != owner:
@@ -77,31 +87,43 @@ class RankedFreeList:
             self._attach(run)
             if owner is not None:
                 self._runs_of.setdefault(owner, set()).add(run)
-        run.blocks[block] = None
-        self._run_of[block] = run
-        self._size_at[rank] += 1
+        run.blocks.update(dict.fromkeys(blocks))
+        self._run_of.update(dict.fromkeys(blocks, run))
+        self._size_at[rank] += len(blocks)
         if owner is not None:
-            self._count_of[owner] = self._count_of.get(owner, 0) + 1
-            self._num_counted += owner in self._counted
+            self._count_of[owner] = self._count_of.get(owner, 0) + len(blocks)
+            if owner in self._counted:
+                self._num_counted += len(blocks)
 
     def remove(self, block: int) -> None:
         """Take `block` off the list (revived or evicted); KeyError if it is not here."""
-        run = self._run_of.pop(block)
-        del self._seq_of[block]
-        del run.blocks[block]
-        self._size_at[run.rank] -= 1
-        owner = run.owner
-        if not run.blocks:
-            self._detach(run)
+        self.remove_many([block])
+
+    def remove_many(self, blocks: Sequence[int]) -> None:
+        """`remove` each of `blocks`, in bulk; KeyError, changing nothing, if one is not here
+        or listed twice."""
+        if not self._run_of.keys() >= set(blocks) or len(set(blocks)) != len(blocks):
+            raise KeyError(next((b for b in blocks if b not in self._run_of), "listed twice"))
+        run_of, seq_of, taken = self._run_of, self._seq_of, {}
+        for block in blocks:
+            run = run_of.pop(block)
+            del seq_of[block], run.blocks[block]
+            taken[run] = taken.get(run, 0) + 1
+        for run, n in taken.items():
+            self._size_at[run.rank] -= n
+            owner = run.owner
+            if not run.blocks:
+                self._detach(run)
+                if owner is not None:
+                    self._forget_run(run)
             if owner is not None:
-                self._forget_run(run)
-        if owner is not None:
-            left = self._count_of[owner] - 1
-            if left:
-                self._count_of[owner] = left
-            else:
-                del self._count_of[owner]
-            self._num_counted -= owner in self._counted
+                left = self._count_of[owner] - n
+                if left:
+                    self._count_of[owner] = left
+                else:
+                    del self._count_of[owner]
+                if owner in self._counted:
+                    self._num_counted -= n
 
     def count_of(self, owner: Hashable) -> int:
         """Blocks of `owner` on the list."""

@@ -66,6 +66,9 @@ class CallRecord:
     starts running: it goes first, but does not preempt anyone to get in.
     `expected_tool_seconds` is the client's hint of the tool time after this call;
     `ttft_slo` (seconds after arrival) its first-token deadline, None for none.
+    `block_hashes` holds the chain hashes of the call's full blocks for the KV manager, kept
+    while the call lives (`KVCacheManager.match_prefix`), so a call that waits, or is
+    preempted, is not hashed again each time it is admitted.
     """
 
     call_id: str
@@ -85,6 +88,7 @@ class CallRecord:
     promoted: bool = False
     expected_tool_seconds: float | None = None
     ttft_slo: float | None = None
+    block_hashes: list[int] = field(default_factory=list, repr=False, compare=False)
 
 
 @dataclass

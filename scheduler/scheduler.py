@@ -465,9 +465,11 @@ class Scheduler:
         if budget <= 0:
             return False
         swapped = call.status is CallStatus.SWAPPED
+        record = self.records[call.call_id]
         fetch = 0
         if not swapped and call.num_computed_tokens == 0 and call.takes_prefix_hits:
-            call.num_cached_tokens = self.kv.match_prefix(call.call_id, call.all_token_ids)
+            call.num_cached_tokens = self.kv.match_prefix(call.call_id, call.all_token_ids,
+                                                          record.block_hashes)
             call.num_computed_tokens = call.num_cached_tokens
             fetch = self._blocks_worth_fetching(call)
         remaining = call.num_tokens - call.num_computed_tokens - fetch * self.kv.block_size
@@ -475,7 +477,6 @@ class Scheduler:
             self._release_waiting(call)
             return False
         n = min(remaining, budget)
-        record = self.records[call.call_id]
         while True:
             num_running = len(self.running)
             max_rank = self.memory.admission_rank(level) if num_running else UNLIMITED

@@ -108,3 +108,37 @@ def test_next_call_of_a_program_hashes_only_its_new_blocks(counted):
     assert prefill(mgr, "second", history) == 12
     assert counted[hashed:] == [tuple(history[12:16])]
     mgr.check_integrity()
+
+
+def test_a_callers_hash_list_is_extended_in_place_and_kept_across_frees(monkeypatch):
+    """A waiting call matched, released and matched again with the list its scheduler
+    record keeps: the second match hashes nothing, not even through the memo."""
+    mgr = KVCacheManager(16, BLOCK, enable_prefix_caching=True)
+    tokens = list(range(100, 113))  # 3 full blocks and 1 token
+    prefill(mgr, "warm", tokens)
+    mgr.free("warm", owner="program")
+    kept: list[int] = []
+    assert mgr.match_prefix("a", tokens, kept) == 12
+    assert kept == scratch_hashes(tokens)
+    mgr.free("a", owner="program", rank=1.0)  # it could not start: released
+    appended: list[tuple[int, ...]] = []
+    monkeypatch.setattr(mgr, "_append_hash", lambda hashes, block: appended.append(block))
+    assert mgr.match_prefix("a", tokens, kept) == 12
+    assert appended == [] and mgr._calls["a"].hashes is kept
+    mgr.free("a")
+    mgr.check_integrity()
+
+
+def test_a_run_lookup_stops_at_the_first_block_whose_tokens_differ():
+    """Hashes narrow the search; token ids decide: equal hashes over other tokens miss."""
+    mgr = KVCacheManager(16, BLOCK, enable_prefix_caching=True)
+    tokens = list(range(100, 113))
+    prefill(mgr, "a", tokens)
+    hashes, table = scratch_hashes(tokens), mgr.block_table("a")
+    assert mgr.pool.lookup_run(hashes, tokens, 0, 3, BLOCK) == table[:3]
+    assert mgr.pool.lookup_run(hashes, tokens, 1, 3, BLOCK) == table[1:3]
+    forged = tokens[:5] + [0] + tokens[6:]  # block 1's tokens differ, its hash does not
+    assert mgr.pool.lookup_run(hashes, forged, 0, 3, BLOCK) == table[:1]
+    assert mgr.pool.lookup_run(hashes[:1] + [7, 8], tokens, 0, 3, BLOCK) == table[:1]
+    mgr.free("a")
+    mgr.check_integrity()

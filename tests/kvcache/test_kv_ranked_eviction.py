@@ -192,6 +192,15 @@ def test_ranked_free_list_counts_and_orders_without_a_pool():
     assert (free.owner_of(5), free.owner_of(3), free.rank_of(4)) == ("x", None, 1.0)
     with pytest.raises(ValueError, match="block 5"):
         free.add(5, 0.0)
+    with pytest.raises(ValueError, match="block 9"):
+        free.add_many([1, 9], 0.0)
+    with pytest.raises(ValueError, match="listed twice"):
+        free.add_many([1, 2, 1], 0.0)
+    assert 1 not in free and 2 not in free
+    for bad in ([5, 7], [5, 5]):
+        with pytest.raises(KeyError):
+            free.remove_many(bad)
+        assert 5 in free
     free.remove(3)
     with pytest.raises(KeyError):
         free.remove(3)
@@ -246,7 +255,8 @@ class NaiveFreeList:
 # Adds and re-ranks weigh most, so owners often hold runs at several ranks (merged on a
 # re-rank) and runs often follow other owners' runs.
 OPS = st.lists(st.tuples(st.sampled_from(["add"] * 3 + ["set_rank"] * 2 +
-                                         ["remove", "evict", "count"]),
+                                         ["add_many", "remove", "remove_many", "evict",
+                                          "count"]),
                          st.integers(0, 7), st.sampled_from([0.0, 1.0, 2.5]),
                          st.sampled_from([None, "a", "b"])), max_size=60)
 
@@ -262,11 +272,21 @@ def test_runs_evict_in_the_order_of_the_naive_contract(ops):
         if op == "add" and block not in naive.blocks:
             free.add(block, rank, owner)
             naive.add(block, rank, owner)
+        elif op == "add_many":  # the free blocks among block, block + 1, block + 2
+            run = [b for b in range(block, block + 3) if b not in naive.blocks]
+            free.add_many(run, rank, owner)
+            for b in run:
+                naive.add(b, rank, owner)
         elif op == "remove" and block in naive.blocks:
             free.remove(block)
             del naive.blocks[block]
         elif op == "set_rank":
             assert free.set_rank(owner, rank) == naive.set_rank(owner, rank)
+        elif op == "remove_many":  # the blocks here among block + 2, block + 1, block
+            taken = [b for b in range(block + 2, block - 1, -1) if b in naive.blocks]
+            free.remove_many(taken)
+            for b in taken:
+                del naive.blocks[b]
         elif op == "evict" and naive.blocks:
             lowest = naive.order()[0]
             assert free.lowest() == (lowest, naive.blocks[lowest][0])
