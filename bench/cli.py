@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from bench.sim.baselines import BASELINES
 from bench.sim.cost_model import GPU_PRESETS, MODEL_PRESETS
+from bench.sim.hot_tenant import HOT_PREFIX_TOKENS, hot_tenant
 from bench.sim.metrics import compute_metrics, metrics_by_workload
 from server.config_flags import name_list, parse_cutoff, parse_override, positive_float
 
@@ -121,6 +122,13 @@ def _add_replica_state_arguments(parser: argparse.ArgumentParser) -> None:
                              "1/S as long; e.g. 1,1,1,0.5: the last at half speed)")
 
 
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
+
+
 def _speed_list(text: str) -> tuple[float, ...]:
     return tuple(positive_float(v) for v in text.split(","))
 
@@ -143,6 +151,8 @@ def _sim(args: argparse.Namespace) -> None:
 
     generator = importlib.import_module(f"bench.sim.workloads.{args.workload}")
     trace = generator.generate(args.programs, args.seed, args.rate)
+    if args.hot_tenant is not None:
+        trace = hot_tenant(trace, args.hot_tenant, seed=args.seed)
     multi = _replica_options(args)
     run = simulate_replicas if multi else simulate
     result = run(trace, args.policy, preset=args.preset, model=args.model,
@@ -151,6 +161,7 @@ def _sim(args: argparse.Namespace) -> None:
     summary = {
         "workload": args.workload, "policy": args.policy, "rate": args.rate,
         "programs": args.programs, "seed": args.seed, "overrides": dict(args.set),
+        "hot_tenant": args.hot_tenant,
         "preset": result.preset,
         "model": result.model, **metrics.to_dict(),
         "ttft_p50_s": result.ttft_percentile(50), "ttft_p99_s": result.ttft_percentile(99),
@@ -550,6 +561,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "--set max_preemptions_per_round=0")
     sim.add_argument("--json", action="store_true", help="print one JSON object (with "
                      "--replicas/--placement also cache_hit_rate and per_replica figures)")
+    sim.add_argument("--hot-tenant", type=_fraction, default=None, metavar="FRACTION",
+                     help="make about this fraction of the programs one tenant's, every call "
+                          f"starting with the same {HOT_PREFIX_TOKENS:,}-token system prompt "
+                          "(see bench/sim/hot_tenant.py)")
     _add_replica_arguments(sim)
     _add_replica_state_arguments(sim)
     sim.set_defaults(run=_sim)
