@@ -67,7 +67,13 @@ class RankedFreeList:
 
     def add(self, block: int, rank: float, owner: Hashable = None) -> None:
         """Add `block` as the most recent of `rank`; ValueError if it is already here."""
-        self.add_many([block], rank, owner)
+        if block in self._run_of:
+            raise ValueError(f"block {block} is already on the free list")
+        self._seq_of[block] = next(self._seq)
+        run = self._tail_run(rank, owner)
+        run.blocks[block] = None
+        self._run_of[block] = run
+        self._added(run, 1)
 
     def add_many(self, blocks: Sequence[int], rank: float, owner: Hashable = None) -> None:
         """`add` each of `blocks` in order (the last listed is the most recent), in bulk;
@@ -80,24 +86,16 @@ class RankedFreeList:
         if not blocks:
             return
         self._seq_of.update(zip(blocks, self._seq))
-        runs = self._runs_at.get(rank)
-        run = next(reversed(runs)) if runs else None
-        if run is None or run.owner != owner:
-            run = _Run(rank, owner, OrderedDict())
-            self._attach(run)
-            if owner is not None:
-                self._runs_of.setdefault(owner, set()).add(run)
+        run = self._tail_run(rank, owner)
         run.blocks.update(dict.fromkeys(blocks))
         self._run_of.update(dict.fromkeys(blocks, run))
-        self._size_at[rank] += len(blocks)
-        if owner is not None:
-            self._count_of[owner] = self._count_of.get(owner, 0) + len(blocks)
-            if owner in self._counted:
-                self._num_counted += len(blocks)
+        self._added(run, len(blocks))
 
     def remove(self, block: int) -> None:
         """Take `block` off the list (revived or evicted); KeyError if it is not here."""
-        self.remove_many([block])
+        run = self._run_of.pop(block)
+        del self._seq_of[block], run.blocks[block]
+        self._taken(run, 1)
 
     def remove_many(self, blocks: Sequence[int]) -> None:
         """`remove` each of `blocks`, in bulk; KeyError, changing nothing, if one is not here
@@ -110,20 +108,7 @@ class RankedFreeList:
             del seq_of[block], run.blocks[block]
             taken[run] = taken.get(run, 0) + 1
         for run, n in taken.items():
-            self._size_at[run.rank] -= n
-            owner = run.owner
-            if not run.blocks:
-                self._detach(run)
-                if owner is not None:
-                    self._forget_run(run)
-            if owner is not None:
-                left = self._count_of[owner] - n
-                if left:
-                    self._count_of[owner] = left
-                else:
-                    del self._count_of[owner]
-                if owner in self._counted:
-                    self._num_counted -= n
+            self._taken(run, n)
 
     def count_of(self, owner: Hashable) -> int:
         """Blocks of `owner` on the list."""
@@ -180,6 +165,44 @@ class RankedFreeList:
             return None
         rank = self._ranks[0]
         return next(iter(next(iter(self._runs_at[rank])).blocks)), rank
+
+    def _tail_run(self, rank: float, owner: Hashable) -> _Run:
+        """The run that blocks of `owner` added now at `rank` join: the rank's last run if it
+        is the owner's, else a new one put last."""
+        runs = self._runs_at.get(rank)
+        run = next(reversed(runs)) if runs else None
+        if run is None or run.owner != owner:
+            run = _Run(rank, owner, OrderedDict())
+            self._attach(run)
+            if owner is not None:
+                self._runs_of.setdefault(owner, set()).add(run)
+        return run
+
+    def _added(self, run: _Run, n: int) -> None:
+        """Count `n` blocks just added to `run`."""
+        self._size_at[run.rank] += n
+        owner = run.owner
+        if owner is not None:
+            self._count_of[owner] = self._count_of.get(owner, 0) + n
+            if owner in self._counted:
+                self._num_counted += n
+
+    def _taken(self, run: _Run, n: int) -> None:
+        """Count `n` blocks just taken out of `run`; drop the run if that emptied it."""
+        self._size_at[run.rank] -= n
+        owner = run.owner
+        if not run.blocks:
+            self._detach(run)
+            if owner is not None:
+                self._forget_run(run)
+        if owner is not None:
+            left = self._count_of[owner] - n
+            if left:
+                self._count_of[owner] = left
+            else:
+                del self._count_of[owner]
+            if owner in self._counted:
+                self._num_counted -= n
 
     def _attach(self, run: _Run) -> None:
         """Put `run` (and its blocks) last at its rank."""
