@@ -180,8 +180,9 @@ def _sim(args: argparse.Namespace) -> None:
     if args.json:
         print(json.dumps(summary))
         return
-    print(f"{args.workload} x {args.programs} programs at {args.rate}/s (seed {args.seed}), "
-          f"policy {args.policy}, {result.model} on {result.preset} "
+    tenant = f", hot tenant {args.hot_tenant:g}" if args.hot_tenant is not None else ""
+    print(f"{args.workload} x {args.programs} programs at {args.rate}/s "
+          f"(seed {args.seed}{tenant}), policy {args.policy}, {result.model} on {result.preset} "
           f"({result.num_kv_blocks} KV blocks){_replicas_text(multi)}")
     print(f"  programs completed   {metrics.programs_completed}")
     print(f"  norm latency (s/tok) mean {metrics.mean_norm_latency:.4f}  "
