@@ -248,6 +248,7 @@ class BlockPool:
             raise KVCacheIntegrityError(f"block {min(wrong)}: on the wrong free list for its "
                                         f"cache state")
         self._index.check_integrity()
+        self._cached.check_integrity()
 
     def _check_id(self, block_id: int) -> int:
         if not self._first <= block_id < self.num_blocks:

@@ -134,6 +134,7 @@ class HostBlockPool:
             stray = min(cached.symmetric_difference(self._index.blocks()) or cached & self._used)
             raise KVCacheIntegrityError(f"host block {stray}: cached set disagrees with index")
         self._index.check_integrity()
+        self._cached.check_integrity()
         free = Counter(self._free)
         bad = [b for b, count in free.items() if count > 1]
         rest = set(range(self.num_blocks)) - self._used - cached

@@ -20,6 +20,8 @@ import itertools
 from collections import OrderedDict
 from collections.abc import Hashable, Iterator, Sequence
 
+from kvcache.errors import KVCacheIntegrityError
+
 
 class _Run:
     """Blocks of one owner (None: ownerless) at one rank, in the order they entered it."""
@@ -165,6 +167,32 @@ class RankedFreeList:
             return None
         rank = self._ranks[0]
         return next(iter(next(iter(self._runs_at[rank])).blocks)), rank
+
+    def check_integrity(self) -> None:
+        """Raise KVCacheIntegrityError unless the runs, ranks and counts agree: every block
+        in exactly the run that `rank_of` and `owner_of` read, no run empty, the ranks
+        sorted and each rank's size the sum of its runs', the owners' counts and
+        `num_counted` the blocks' own."""
+        ranks, owners = {}, {}
+        for rank, runs in self._runs_at.items():
+            for run in runs:
+                if run.rank != rank or not run.blocks or any(
+                        self._run_of.get(b) is not run for b in run.blocks):
+                    raise KVCacheIntegrityError(f"free list: a run at rank {rank} is empty or "
+                                                f"disowns its blocks")
+                ranks[rank] = ranks.get(rank, 0) + len(run.blocks)
+                if run.owner is not None:
+                    owners[run.owner] = owners.get(run.owner, 0) + len(run.blocks)
+                    if run not in self._runs_of.get(run.owner, ()):
+                        raise KVCacheIntegrityError(f"free list: a run of {run.owner!r} is "
+                                                    f"not listed as its")
+        if (sorted(ranks) != self._ranks or ranks != self._size_at or owners != self._count_of
+                or not sum(ranks.values()) == len(self._run_of) == len(self._seq_of)
+                or sum(owners.get(o, 0) for o in self._counted) != self._num_counted
+                or sum(map(len, self._runs_of.values())) != sum(
+                    run.owner is not None for runs in self._runs_at.values() for run in runs)):
+            raise KVCacheIntegrityError("free list: rank sizes, owner counts or the counted "
+                                        "total disagree with its runs")
 
     def _tail_run(self, rank: float, owner: Hashable) -> _Run:
         """The run that blocks of `owner` added now at `rank` join: the rank's last run if it

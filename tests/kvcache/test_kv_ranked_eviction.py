@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvcache import BlockPool
+from kvcache.errors import KVCacheIntegrityError
 from kvcache.ranked_free_list import RankedFreeList
 
 
@@ -298,6 +299,7 @@ def test_runs_evict_in_the_order_of_the_naive_contract(ops):
         for who in ("a", "b"):
             assert free.count_of(who) == sum(e[1] == who for e in naive.blocks.values())
         assert free.num_counted == free.count_of("a")
+        free.check_integrity()
     for block, (rank, owner, _, _) in naive.blocks.items():
         assert (free.rank_of(block), free.owner_of(block)) == (rank, owner)
     drained = []
@@ -305,3 +307,13 @@ def test_runs_evict_in_the_order_of_the_naive_contract(ops):
         drained.append(free.lowest()[0])
         free.remove(drained[-1])
     assert drained == naive.order()
+
+
+def test_the_free_lists_integrity_check_sees_a_wrong_count():
+    free = RankedFreeList()
+    free.add_many([1, 2, 3], 1.0, "a")
+    free.add(4, 0.0)
+    free.check_integrity()
+    free._size_at[1.0] += 1  # a stale per-rank size: eviction bounds would be wrong
+    with pytest.raises(KVCacheIntegrityError, match="rank sizes"):
+        free.check_integrity()
