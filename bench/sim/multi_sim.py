@@ -27,7 +27,12 @@ and the program is ended on every replica it used when its last call finishes: a
 that call's replica, on the others by an event at that time (so each replica ends it at its
 own time, never before). A program's finish is its last call's finish, on whichever replica.
 Each replica's program sees only the service it got on that replica (its own process table);
-the router sends a global service value instead (not modelled here).
+the router sends a global service value instead (not modelled here). A replica expires a
+program that idled there for `program_ttl` while its calls ran elsewhere; a later call there
+opens it anew under a new id (`P~N`). The router, which keeps a program's id, starts it there
+again only if the replica lets the id be reused, and otherwise bars that replica for the
+program (`server/router/generate.py`): here the program keeps the replica (a difference only
+for programs that leave a replica for longer than `program_ttl`, 600 s by default).
 
 With one replica every placement picks it and the run is exactly `simulate()`'s (same call
 times, same counters), given the programs' root calls have no delay (every generated
@@ -43,6 +48,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from engine.errors import UnknownProgramError
 from engine.llm_engine import LLMEngine
 from engine.stats import EngineStats
 from kvcache.cache_events import CacheView
@@ -209,7 +215,8 @@ class MultiDriver(Driver):
                 elif isinstance(item, _EndOn):
                     for index, engine_id in item.replicas:
                         replicas[index].clock.jump_to(t)
-                        replicas[index].engine.end_program(engine_id)
+                        if _is_open(replicas[index].engine, engine_id):
+                            replicas[index].engine.end_program(engine_id)
                 else:
                     self._place(t, program, item)
             elif busy is not None:
@@ -241,9 +248,13 @@ class MultiDriver(Driver):
         replica.clock.jump_to(t)
         engine_ids = self.engine_ids.setdefault(program.index, {})
         engine_id = engine_ids.get(index)
-        if engine_id is None:
+        if engine_id is None or not _is_open(replica.engine, engine_id):
+            # Opened anew where it idled past program_ttl while its calls ran elsewhere: the
+            # replica keeps the expired id, so this one is new (and deterministic).
+            name = program.trace.program_id if engine_id is None else \
+                f"{program.trace.program_id}~{self.decisions}"
             engine_id = engine_ids[index] = replica.engine.start_program(
-                program.trace.program_id, oracle_work=self._oracle_work(program),
+                name, oracle_work=self._oracle_work(program),
                 program_class=program.trace.workload)
         replica.engine.add_call(engine_id, prompt, self._params(call.output_len), call_id=key)
         replica.calls += 1
@@ -290,6 +301,16 @@ class MultiDriver(Driver):
                                              _EndOn(tuple(engine_ids.items()))))
             self.placement.program_ended(program.trace.program_id)
         del self.by_call_id[call_id]
+
+
+def _is_open(engine: LLMEngine, program_id: str) -> bool:
+    """Whether `engine` still has the program open (a replica expires a program idle there
+    for `program_ttl`, as a real one does)."""
+    try:
+        engine.get_program(program_id)
+    except UnknownProgramError:
+        return False
+    return True
 
 
 def simulate_replicas(trace: Trace, policy: str, replicas: int = 2,

@@ -383,3 +383,30 @@ def test_cli_sweep_runs_replicas(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "on 2 replicas behind round_robin;" in out
     assert "--replicas 2 --placement round_robin" in (tmp_path / "sweep_lats.md").read_text()
+
+
+class Scripted(Placement):
+    """The replicas listed, one per decision, in decision order (test-local)."""
+
+    name = "scripted"
+
+    def __init__(self, route: list[int]) -> None:
+        self.route = list(route)
+
+    def place(self, call, loads):
+        return self.route.pop(0)
+
+
+def test_a_program_that_expired_on_a_replica_it_left_is_opened_there_again():
+    """P's first call runs on r0, its second on r1; while Q keeps r0 busy, P idles there past
+    program_ttl and r0 expires it. P's third call, back on r0, opens it there anew (it used
+    to fail: the replica no longer knew the program)."""
+    p = make_program("P", 0.0, make_call("c1", output_len=1),
+                     make_call("c2", output_len=1, parents=["c1"], delay=2.0),
+                     make_call("c3", output_len=1, parents=["c2"], delay=20.0))
+    q = make_program("Q", 0.5, make_call("long", output_len=40))
+    result = unit_run(Trace((p, q)), 2, Scripted([0, 0, 1, 0]), policy="atlas",
+                      program_ttl=5.0)
+    assert sorted(result.call_finish) == ["P/c1", "P/c2", "P/c3", "Q/long"]
+    assert {record.program_id for record in result.programs} == {"P", "Q"}
+    assert [r["calls"] for r in result.extra["per_replica"]] == [3, 1]
