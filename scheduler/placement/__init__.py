@@ -64,7 +64,7 @@ def make_placement(name: PlacementSpec, cutoff: int | str = DEFAULT_CUTOFF,
     is used by `cutoff` only, validated for every policy; with "auto", `options` are the
     `AdaptiveCutoff` keywords. Other policies take the options their class lists in
     `options` (`prefix_aware`: blocks_per_replica, max_load_gap; `agentix`: load_weight,
-    queue_weight).
+    queue_weight, memory_weight).
     ValueError names a bad
     name, cutoff or option.
     """

@@ -5,6 +5,7 @@ For each healthy replica, the work that would pass before the call's first token
 
     cost = load_weight * load_tokens + queue_weight * waiting_tokens
            + (prompt_tokens - expected hit tokens)
+           + memory_weight * max(0, load_tokens + that prefill - KV capacity in tokens)
 
 The last term is the call's own prefill after its prefix-cache hit there: from the replica's
 KV events when it reports them (`ReplicaLoad.cached`), else from the block hashes the router
@@ -17,6 +18,13 @@ history (the program follows it) only when the queue it would wait behind is wor
 recomputing that history elsewhere, at 1 / `queue_weight` (50) queued tokens per token of
 prefill: moving wastes the history's prefill and adds it to another replica's queue, so it
 must pay for itself many times over.
+
+The last term (`memory_weight`, default 0: off) prices what a replica cannot hold: the tokens
+its running and queued calls and this call's prefill would need beyond its KV cache, which
+it must evict and recompute. It is 0 on a replica with room, so it changes nothing until
+memory is short; then it moves new programs away from a replica whose contexts overflow it
+(the coding workload, whose shared system prompt otherwise keeps every program on the
+replicas that hold it: RESULTS, "Coding at four replicas").
 
 Measured (bench/RESULTS.md, "The queue-priced placement"): the defaults (0, 0.02) tie or beat
 `prefix_aware` on ShareGPT and mixed (1% behind on a LATS burst) and beat it clearly when one
@@ -41,18 +49,25 @@ def _weight(name: str, value: object) -> float:
 
 class QueuePricedPlacement(Placement):
     name = "agentix"
-    options = ("load_weight", "queue_weight")
+    options = ("load_weight", "queue_weight", "memory_weight")
 
-    def __init__(self, load_weight: float = 0.0, queue_weight: float = 0.02) -> None:
+    def __init__(self, load_weight: float = 0.0, queue_weight: float = 0.02,
+                 memory_weight: float = 0.0) -> None:
         self.load_weight = _weight("load_weight", load_weight)
         self.queue_weight = _weight("queue_weight", queue_weight)
+        self.memory_weight = _weight("memory_weight", memory_weight)
         self.sent = SentBlocks()
 
     def cost(self, call: PlacementRequest, load: ReplicaLoad) -> float:
         """The call's expected work before its first token at `load.replica`, in tokens."""
         hit = self.sent.expected_hit(load, call.block_hashes) * call.block_size
-        return (self.load_weight * load.load_tokens + self.queue_weight * load.waiting_tokens
-                + max(0, call.prompt_tokens - hit))
+        prefill = max(0, call.prompt_tokens - hit)
+        cost = (self.load_weight * load.load_tokens + self.queue_weight * load.waiting_tokens
+                + prefill)
+        if self.memory_weight:
+            capacity = load.kv_blocks_total * call.block_size
+            cost += self.memory_weight * max(0, load.load_tokens + prefill - capacity)
+        return cost
 
     def place(self, call: PlacementRequest, loads: Sequence[ReplicaLoad]) -> int:
         best = min(healthy(loads),

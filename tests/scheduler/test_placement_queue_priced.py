@@ -93,3 +93,20 @@ def test_by_default_only_queued_tokens_count_at_one_fiftieth():
 def test_a_bad_weight_is_refused(name, bad):
     with pytest.raises(ValueError, match=f"agentix: {name} must be a number >= 0"):
         make_placement("agentix", **{name: bad})
+
+
+def test_memory_weight_prices_only_what_a_replica_cannot_hold():
+    """kv_blocks_total 100 (1,600 tokens of 16): replica 0 holds the program's history (10
+    blocks) but its calls already need 1,500 tokens; 1 is empty. Without the memory term
+    the history wins; with it, 0 pays for the 1,500 + 32 - 1,600 < 0 overflow only once the
+    load passes capacity."""
+    plain = QueuePricedPlacement(queue_weight=0)
+    sized = QueuePricedPlacement(queue_weight=0, memory_weight=1.0)
+    for placement in (plain, sized):
+        assert placement.place(call("p", 10), loads(0, 0)) == 0
+    assert sized.cost(call("p", 12), loads(1500, 0)[0]) == 32  # fits: no term
+    assert sized.cost(call("p", 12), loads(1800, 0)[0]) == 32 + (1800 + 32 - 1600)
+    assert plain.place(call("p", 12), loads(1800, 0)) == 0
+    assert sized.place(call("p", 12), loads(1800, 0)) == 1     # 264 > 192 on the empty one
+    with pytest.raises(ValueError, match="memory_weight"):
+        QueuePricedPlacement(memory_weight=-1)
