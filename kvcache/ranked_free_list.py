@@ -102,7 +102,8 @@ class RankedFreeList:
     def remove_many(self, blocks: Sequence[int]) -> None:
         """`remove` each of `blocks`, in bulk; KeyError, changing nothing, if one is not here
         or listed twice."""
-        if not self._run_of.keys() >= set(blocks) or len(set(blocks)) != len(blocks):
+        listed = set(blocks)
+        if not self._run_of.keys() >= listed or len(listed) != len(blocks):
             raise KeyError(next((b for b in blocks if b not in self._run_of), "listed twice"))
         run_of, seq_of, taken = self._run_of, self._seq_of, {}
         for block in blocks:

@@ -14,7 +14,6 @@ accounting). Deterministic.
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import replace
 
@@ -28,7 +27,7 @@ def hot_tenant(trace: Trace, fraction: float, prefix_len: int = HOT_PREFIX_TOKEN
                seed: int = 0) -> Trace:
     """`trace` with about `fraction` of its programs made the hot tenant's (module
     docstring); ValueError for a `fraction` outside (0, 1] or a `prefix_len` below 1."""
-    if not (0 < fraction <= 1 and math.isfinite(fraction)):
+    if not 0 < fraction <= 1:
         raise ValueError(f"fraction: must be in (0, 1], got {fraction}")
     if isinstance(prefix_len, bool) or not isinstance(prefix_len, int) or prefix_len < 1:
         raise ValueError(f"prefix_len: must be an int >= 1, got {prefix_len!r}")

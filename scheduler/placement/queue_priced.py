@@ -62,12 +62,9 @@ class QueuePricedPlacement(Placement):
         """The call's expected work before its first token at `load.replica`, in tokens."""
         hit = self.sent.expected_hit(load, call.block_hashes) * call.block_size
         prefill = max(0, call.prompt_tokens - hit)
-        cost = (self.load_weight * load.load_tokens + self.queue_weight * load.waiting_tokens
-                + prefill)
-        if self.memory_weight:
-            capacity = load.kv_blocks_total * call.block_size
-            cost += self.memory_weight * max(0, load.load_tokens + prefill - capacity)
-        return cost
+        overflow = max(0, load.load_tokens + prefill - load.kv_blocks_total * call.block_size)
+        return (self.load_weight * load.load_tokens + self.queue_weight * load.waiting_tokens
+                + prefill + self.memory_weight * overflow)
 
     def place(self, call: PlacementRequest, loads: Sequence[ReplicaLoad]) -> int:
         best = min(healthy(loads),
