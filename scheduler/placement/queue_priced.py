@@ -19,16 +19,18 @@ recomputing that history elsewhere, at 1 / `queue_weight` (50) queued tokens per
 prefill: moving wastes the history's prefill and adds it to another replica's queue, so it
 must pay for itself many times over.
 
-The last term (`memory_weight`, default 0: off) prices what a replica cannot hold: the tokens
+The last term (`memory_weight`, default 1) prices what a replica cannot hold: the tokens
 its running and queued calls and this call's prefill would need beyond its KV cache, which
 it must evict and recompute. It is 0 on a replica with room, so it changes nothing until
 memory is short; then it moves new programs away from a replica whose contexts overflow it
 (the coding workload, whose shared system prompt otherwise keeps every program on the
 replicas that hold it: RESULTS, "Coding at four replicas").
 
-Measured (bench/RESULTS.md, "The queue-priced placement"): the defaults (0, 0.02) tie or beat
-`prefix_aware` on ShareGPT and mixed (1% behind on a LATS burst) and beat it clearly when one
-replica is slow; `load_weight` 0.05 with `queue_weight` 0 is the earlier rule. Ties: fewer
+Measured (bench/RESULTS.md, "The queue-priced placement" and "Coding at four replicas"): the
+defaults (0, 0.02, 1) tie or beat `prefix_aware` on ShareGPT and mixed (1% behind on a LATS
+burst) and beat it clearly when one replica is slow or the contexts are long; the memory
+term changes no figure on ShareGPT, mixed or LATS; `load_weight` 0.05 with `queue_weight` 0
+and `memory_weight` 0 is the earlier rule. Ties: fewer
 load tokens, then the lowest index. O(#block_hashes + #replicas * log #block_hashes) per
 call, amortized.
 """
@@ -52,7 +54,7 @@ class QueuePricedPlacement(Placement):
     options = ("load_weight", "queue_weight", "memory_weight")
 
     def __init__(self, load_weight: float = 0.0, queue_weight: float = 0.02,
-                 memory_weight: float = 0.0) -> None:
+                 memory_weight: float = 1.0) -> None:
         self.load_weight = _weight("load_weight", load_weight)
         self.queue_weight = _weight("queue_weight", queue_weight)
         self.memory_weight = _weight("memory_weight", memory_weight)

@@ -1,7 +1,8 @@
 """The queue-priced placement (`agentix`): exact decisions on scripted loads and cache
 states. A call goes where load x load_weight + queued tokens x queue_weight + its prefill
 after the expected hit (blocks sent there x block size) is least (mostly load_weight 1 and
-queue_weight 0 here, so the arithmetic is plain)."""
+queue_weight 0 here, so the arithmetic is plain; the memory term, on by default, is 0 while a
+replica's load fits its KV cache)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from kvcache.prefix_hash import hash_block
 from scheduler.placement import PlacementRequest, QueuePricedPlacement, ReplicaLoad, make_placement
 
 
-def loads(*tokens: int | None) -> list[ReplicaLoad]:
+def loads(*tokens: int | None, kv_blocks: int = 100) -> list[ReplicaLoad]:
+    """Replicas with these queued tokens (None: unhealthy), `kv_blocks` blocks of KV each."""
     return [ReplicaLoad(replica=i, healthy=t is not None, waiting_tokens=t or 0,
-                        kv_blocks_total=100) for i, t in enumerate(tokens)]
+                        kv_blocks_total=kv_blocks) for i, t in enumerate(tokens)]
 
 
 def history(n: int, start: int = 0) -> tuple[int, ...]:
@@ -49,7 +51,7 @@ def test_a_program_stays_where_its_history_is_while_that_is_cheaper():
 
 def test_load_weight_trades_locality_for_load():
     # all weights 0 is prefix_aware: the hit wins whatever the load
-    local = QueuePricedPlacement(load_weight=0.0, queue_weight=0)
+    local = QueuePricedPlacement(load_weight=0.0, queue_weight=0, memory_weight=0)
     balanced = QueuePricedPlacement(load_weight=10.0, queue_weight=0)
     for placement in (local, balanced):
         assert placement.place(call("p", 10), loads(0, 0)) == 0
@@ -74,21 +76,22 @@ def test_a_lost_replica_forgets_what_was_sent_there():
 
 def test_by_default_only_queued_tokens_count_at_one_fiftieth():
     cost = make_placement("agentix")
-    assert (cost.load_weight, cost.queue_weight) == (0.0, 0.02)
+    assert (cost.load_weight, cost.queue_weight, cost.memory_weight) == (0.0, 0.02, 1.0)
     assert cost.place(call("p", 10), loads(0, 0)) == 0         # 160 tokens sent to 0
-    # Running KV is not priced: 10,000 running tokens on 0 do not move the call.
-    busy = [ReplicaLoad(0, running_tokens=10_000, kv_blocks_total=100),
-            ReplicaLoad(1, kv_blocks_total=100)]
+    # Running KV is not priced while it fits: 10,000 running tokens on 0 do not move the
+    # call (1,000 blocks of 16 hold them).
+    busy = [ReplicaLoad(0, running_tokens=10_000, kv_blocks_total=1000),
+            ReplicaLoad(1, kv_blocks_total=1000)]
     assert cost.cost(call("p", 12), busy[0]) == 32
     assert cost.place(call("p", 12), busy) == 0
     # Queued tokens are, at 0.02 a token. 14 blocks, 12 cached on 0: 1,000 queued there
     # cost 20 + 32 = 52 against 224 on 1 (stays); 10,000 cost 200 + 32 = 232 (moves).
     assert cost.cost(call("p", 14), loads(1000, 0)[0]) == pytest.approx(52)
     assert cost.cost(call("p", 14), loads(1000, 0)[1]) == 224
-    assert cost.place(call("p", 14), loads(10_000, 0)) == 1
+    assert cost.place(call("p", 14), loads(10_000, 0, kv_blocks=1000)) == 1
 
 
-@pytest.mark.parametrize("name", ["load_weight", "queue_weight"])
+@pytest.mark.parametrize("name", ["load_weight", "queue_weight", "memory_weight"])
 @pytest.mark.parametrize("bad", [-1, True, "x", float("nan")])
 def test_a_bad_weight_is_refused(name, bad):
     with pytest.raises(ValueError, match=f"agentix: {name} must be a number >= 0"):
@@ -100,8 +103,8 @@ def test_memory_weight_prices_only_what_a_replica_cannot_hold():
     blocks) but its calls already need 1,500 tokens; 1 is empty. Without the memory term
     the history wins; with it, 0 pays for the 1,500 + 32 - 1,600 < 0 overflow only once the
     load passes capacity."""
-    plain = QueuePricedPlacement(queue_weight=0)
-    sized = QueuePricedPlacement(queue_weight=0, memory_weight=1.0)
+    plain = QueuePricedPlacement(queue_weight=0, memory_weight=0)
+    sized = QueuePricedPlacement(queue_weight=0)  # memory_weight 1, the default
     for placement in (plain, sized):
         assert placement.place(call("p", 10), loads(0, 0)) == 0
     assert sized.cost(call("p", 12), loads(1500, 0)[0]) == 32  # fits: no term
