@@ -102,8 +102,10 @@ def _serve_replicas(args: argparse.Namespace) -> None:
         for i, address in enumerate(local.addresses):
             print(f"replica {i} serving on {address}", flush=True)
         print(f"agentix serving on {running.address}", flush=True)
-        if running.http_address is not None:
-            print(f"http serving on {running.http_address}", flush=True)
+        for label, address in (("http", running.http_address),
+                               ("metrics", running.metrics_address)):
+            if address is not None:
+                print(f"{label} serving on {address}", flush=True)
 
     from server.router.spawn import ReplicaStartError
 
@@ -143,8 +145,10 @@ def _router(args: argparse.Namespace) -> None:
 
     def ready(running) -> None:
         print(f"agentix router serving on {running.address}", flush=True)
-        if running.http_address is not None:
-            print(f"http serving on {running.http_address}", flush=True)
+        for label, address in (("http", running.http_address),
+                               ("metrics", running.metrics_address)):
+            if address is not None:
+                print(f"{label} serving on {address}", flush=True)
 
     try:
         serve_router_forever(options, on_ready=ready)
@@ -208,7 +212,8 @@ def _add_serve_parser(sub) -> None:
                        help="OpenAI-compatible HTTP port (0: pick a free one; default: off)")
     serve.add_argument("--metrics-port", type=int, metavar="PORT",
                        help="a port serving /metrics alone, e.g. next to gRPC only (0: pick a "
-                            "free one; default: off; the HTTP port serves /metrics too)")
+                            "free one; default: off; the HTTP port serves /metrics too; with "
+                            "--replicas, the router's)")
     serve.add_argument("--served-model-name", metavar="NAME",
                        help="the model's name over HTTP (default: the model directory's name)")
     serve.add_argument("--metrics-tenant-label", action="store_true",
@@ -331,7 +336,10 @@ def _add_router_parser(sub) -> None:
     router.add_argument("--port", type=int, default=50051, help="gRPC port (0: a free one)")
     router.add_argument("--http-port", type=int, metavar="PORT",
                         help="also serve the OpenAI API here, in front of the replicas "
-                             "(needs --model; default: off)")
+                             "(needs --model; default: off; it serves /metrics too)")
+    router.add_argument("--metrics-port", type=int, metavar="PORT",
+                        help="a port serving the router's /metrics and /health alone (0: pick "
+                             "a free one; default: off)")
     router.add_argument("--model", metavar="DIR",
                         help="the replicas' model directory: only its tokenizer is loaded, "
                              "to size text prompts for placement and render the HTTP door's "

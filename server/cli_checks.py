@@ -110,7 +110,8 @@ def router_setup(args: argparse.Namespace) -> RouterOptions:
         options = RouterOptions(
             replicas=tuple(args.replica), replicas_dns=tuple(args.replicas_dns),
             dns_refresh_seconds=args.dns_refresh, placement=args.placement, cutoff=args.cutoff,
-            host=args.host, port=args.port, http_port=args.http_port, model=args.model,
+            host=args.host, port=args.port, http_port=args.http_port,
+            metrics_port=args.metrics_port, model=args.model,
             chat_template=args.chat_template, tool_call_parser=args.tool_call_parser,
             served_model_name=args.served_model_name, auth_tokens=tokens,
             router_token=router_token, grace=args.grace, max_prompt_bytes=args.max_prompt_bytes,
@@ -118,7 +119,8 @@ def router_setup(args: argparse.Namespace) -> RouterOptions:
             scheduler=SchedulerConfig(program_ttl=args.program_ttl))
     except ValueError as exc:
         raise UsageError(f"router options: {exc}") from None
-    _check_ports(ServeOptions(host=args.host, port=args.port, http_port=args.http_port))
+    _check_ports(ServeOptions(host=args.host, port=args.port, http_port=args.http_port,
+                              metrics_port=args.metrics_port))
     return options
 
 
@@ -134,12 +136,10 @@ def replicas_setup(args: argparse.Namespace,
     """`agentix serve --replicas N`: every `agentix serve` check, then the local replicas
     (not started yet) and the router's options (UsageError naming a bad argument)."""
     for flag, given in (("--no-grpc", args.no_grpc or None),
-                        ("--metrics-port", args.metrics_port),
                         ("--router-token-file", args.router_token_file)):
         if given is not None:
             raise UsageError(f"{flag}: not with --replicas (the router serves gRPC, and HTTP "
-                             f"with --http-port; each replica its own metrics; it makes its "
-                             f"own router token)")
+                             f"with --http-port; it makes its own router token)")
     config, options = serve_setup(args)
     _check_placement(args.placement, args.cutoff)
     from server.router.app import RouterOptions
@@ -151,6 +151,7 @@ def replicas_setup(args: argparse.Namespace,
         port=options.port, model=config.model, auth_tokens=options.auth_tokens,
         router_token=local.token, grace=options.grace,
         max_prompt_bytes=options.max_prompt_bytes, http_port=options.http_port,
+        metrics_port=options.metrics_port,
         chat_template=config.chat_template, tool_call_parser=options.tool_call_parser,
         served_model_name=options.served_model_name,
         scheduler=config.scheduler)  # the replicas' TTL, half-lives and caps

@@ -39,7 +39,7 @@ def build_app(backend: DoorBackend, prompts: PromptTokenizer, auth: TokenAuth | 
     app.post("/detokenize")(tokens.detokenize)
     app.get("/v1/programs/{program_id}")(door.get_program)
     app.post("/v1/programs/{program_id}:end")(door.end_program)
-    app.get("/health")(_health_endpoint(backend))
+    app.get("/health")(health_endpoint(backend))
     if metrics is not None:
         app.get("/metrics")(_metrics_endpoint(backend, metrics))
     return app
@@ -49,11 +49,12 @@ def build_metrics_app(backend: EngineBackend, metrics: ServerMetrics) -> FastAPI
     """/metrics and /health alone (the metrics port of a gRPC-only server)."""
     app = FastAPI(title="Agentix metrics", docs_url=None, redoc_url=None, openapi_url=None)
     app.get("/metrics")(_metrics_endpoint(backend, metrics))
-    app.get("/health")(_health_endpoint(backend))
+    app.get("/health")(health_endpoint(backend))
     return app
 
 
-def _health_endpoint(backend: DoorBackend):
+def health_endpoint(backend: DoorBackend):
+    """GET /health: 200 {"status": "ok"}, or 503 naming why `backend` takes no calls."""
     async def health() -> Response:
         reason = backend.unavailable()
         if reason is not None:

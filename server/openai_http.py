@@ -5,7 +5,7 @@ or a router's replicas: the same code on a `server.door_backend.DoorBackend`.
     POST /v1/completions        a string or token ids, or a batch (n choices per prompt)
     POST /v1/responses          the Responses API as a form of chat (server/openai_responses.py)
     POST /tokenize, /detokenize vLLM's token endpoints (server/openai_tokens.py)
-    GET  /v1/models, /health, /metrics (one engine's; a router serves none)
+    GET  /v1/models, /health, /metrics (an engine's, or the router's own)
     GET  /v1/programs/{id}      the program's process-table record
     POST /v1/programs/{id}:end  end it (its calls are aborted)
 

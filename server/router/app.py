@@ -1,7 +1,8 @@
 """Start and stop a router: on an asyncio event loop of its own thread, the grpc.aio server
 (agentix.v1.Agentix from RouterServicer, grpc health, reflection), with `http_port` the
-OpenAI door (uvicorn, server/router/http_backend.py), one health/stats poller per replica,
-and the TTL expiry of the router's program records.
+OpenAI door (uvicorn, server/router/http_backend.py; it serves the router's /metrics too),
+with `metrics_port` /metrics and /health alone (server/router/metrics.py), one health/stats
+poller per replica, and the TTL expiry of the router's program records.
 
     running = start_router(RouterOptions(replicas=("127.0.0.1:50051", "127.0.0.1:50052"),
                                          placement="agentix"))
@@ -73,7 +74,8 @@ class RouterOptions:
     serves the OpenAI door, which needs `model` (its tokenizer renders chats: with
     `chat_template`, the replicas' own), names the model `served_model_name` (default: the
     replicas' model directory's name) and parses tool calls with `tool_call_parser` (None:
-    "auto" tool choice refused)."""
+    "auto" tool choice refused). `metrics_port` (None: not served, 0: a free one) serves
+    the router's /metrics and /health alone; the OpenAI door serves /metrics too."""
 
     replicas: tuple[str, ...]
     replicas_dns: tuple[str, ...] = ()
@@ -84,6 +86,7 @@ class RouterOptions:
     host: str = "127.0.0.1"
     port: int = 0
     http_port: int | None = None
+    metrics_port: int | None = None
     model: str | None = None
     chat_template: str | None = None
     served_model_name: str | None = None
@@ -104,7 +107,7 @@ class RouterOptions:
         if not self.dns_refresh_seconds > 0:
             raise ValueError(f"dns_refresh_seconds: must be positive, got "
                              f"{self.dns_refresh_seconds}")
-        for name in ("port", "http_port"):
+        for name in ("port", "http_port", "metrics_port"):
             value = getattr(self, name)
             if value is not None and not 0 <= value <= 65535:
                 raise ValueError(f"{name}: must be in [0, 65535], got {value}")
@@ -145,8 +148,8 @@ def make_placement(spec: str | Placement, cutoff: int | str) -> Placement:
 
 class RunningRouter:
     """A started router: `address` is where it listens (gRPC), `http_address` its OpenAI
-    door (None: not served), `router` its state (for tests: run things on its loop with
-    `call(fn)`), `stop()` shuts it down."""
+    door and `metrics_address` its metrics port (None: not served), `router` its state (for
+    tests: run things on its loop with `call(fn)`), `stop()` shuts it down."""
 
     def __init__(self, options: RouterOptions) -> None:
         self.options = options
@@ -164,12 +167,13 @@ class RunningRouter:
         self._health: health.aio.HealthServicer | None = None
         self._stopped = False
         self._lock = threading.Lock()
-        self._http_socket: socket.socket | None = None
-        self._http: HttpServer | None = None
+        self._sockets: dict[str, socket.socket] = {}  # "http", "metrics": bound at start
+        self._http: dict[str, HttpServer] = {}
         self._door_prompts: PromptTokenizer | None = None
         self.port: int | None = None
         self.address: str | None = None
         self.http_address: str | None = None
+        self.metrics_address: str | None = None
 
     def call(self, fn: Callable, timeout: float = 30.0):
         """Run `fn()` on the router's loop and return its result (tests, tools)."""
@@ -181,9 +185,15 @@ class RunningRouter:
     def start(self, should_stop: Callable[[], bool] | None = None) -> RunningRouter:
         """Serve once a replica has answered (TimeoutError after `ready_timeout`;
         InterruptedError when `should_stop()` turns true while waiting; OSError naming the
-        address when the HTTP port is taken, before any wait)."""
-        if self.options.http_port is not None:
-            self._http_socket = bind_socket(self.options.host, self.options.http_port)
+        address when the HTTP or metrics port is taken, before any wait)."""
+        try:
+            for kind, port in (("http", self.options.http_port),
+                               ("metrics", self.options.metrics_port)):
+                if port is not None:
+                    self._sockets[kind] = bind_socket(self.options.host, port)
+        except OSError:
+            self._close_sockets()
+            raise
         self._thread.start()
         try:
             asyncio.run_coroutine_threadsafe(self._start(should_stop), self._loop).result()
@@ -231,8 +241,15 @@ class RunningRouter:
         await server.start()
         self._server = server
         self.address = format_address(options.host, self.port)
-        if self._http_socket is not None:
+        if "http" in self._sockets:
             await self._start_http()
+        if "metrics" in self._sockets:
+            from server.router.http_backend import RouterBackend
+            from server.router.metrics import build_router_metrics_app
+
+            app = build_router_metrics_app(self.router, RouterBackend(self.servicer))
+            self.metrics_address = await self._serve_http("metrics", app)
+        self._watch_task = asyncio.ensure_future(self._watch())
         await self._set_health(True)
         await self._health.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
 
@@ -240,6 +257,7 @@ class RunningRouter:
         """The OpenAI door on this loop, sized by the first replica's ModelInfo."""
         from server.openai_app import build_app
         from server.router.http_backend import RouterBackend
+        from server.router.metrics import add_router_metrics
 
         info = self.router.model_info()
         codec = TextCodec(self.prompts.tokenizer, info.vocab_size, info.max_model_len)
@@ -247,10 +265,14 @@ class RunningRouter:
         app = build_app(RouterBackend(self.servicer), self._door_prompts, self.servicer.auth,
                         self.options.served_model_name or info.model, info.max_model_len,
                         self.options.tool_call_parser)
-        self._http = HttpServer(app, self._http_socket)
-        await self._http.start()
-        self.http_address = format_address(self.options.host, self._http.port)
-        self._watch_task = asyncio.ensure_future(self._watch())
+        self.http_address = await self._serve_http("http", add_router_metrics(app,
+                                                                              self.router))
+
+    async def _serve_http(self, kind: str, app) -> str:
+        """Serve `app` on the `kind` socket bound at start; its address."""
+        server = self._http[kind] = HttpServer(app, self._sockets[kind])
+        await server.start()
+        return format_address(self.options.host, server.port)
 
     async def _set_health(self, serving: bool) -> None:
         status = (health_pb2.HealthCheckResponse.SERVING if serving
@@ -301,8 +323,8 @@ class RunningRouter:
             await asyncio.sleep(0.02)
         if self._server is not None:
             await self._server.stop(HANDLER_GRACE)
-        if self._http is not None:
-            await self._http.stop()
+        for server in self._http.values():
+            await server.stop()
         await self._stop_tasks()
 
     async def _stop_tasks(self) -> None:
@@ -320,8 +342,11 @@ class RunningRouter:
         self.prompts.close()
         if self._door_prompts is not None:
             self._door_prompts.close()
-        if self._http_socket is not None:
-            self._http_socket.close()
+        self._close_sockets()
+
+    def _close_sockets(self) -> None:
+        for sock in self._sockets.values():
+            sock.close()
 
 
 def start_router(options: RouterOptions | None = None, **kwargs) -> RunningRouter:

@@ -221,8 +221,9 @@ class Router:
         loads = self.loads(excluded)
         if not any(load.healthy for load in loads):
             raise NoReplicaError("no healthy replica can take the call")
-        index = self.placement.place(request, loads)
-        return self.replicas[index]
+        replica = self.replicas[self.placement.place(request, loads)]
+        replica.placed += 1
+        return replica
 
     def observe(self, request: PlacementRequest, replica: int, usage: pb.Usage) -> None:
         batch = self.replicas[replica].load().calls_running

@@ -73,6 +73,7 @@ class Replica:
     stats: pb.EngineStatsResponse | None = None
     model_info: pb.ModelInfoResponse | None = None
     sent_tokens: int = 0  # tokens forwarded since the last EngineStats
+    placed: int = 0  # placement decisions that chose it (its metrics' counter)
     attempts: set[Attempt] = field(default_factory=set)
     retired: bool = False  # left the replica set: polled no more, never healthy
     closed: bool = False  # its channel is closed (retired, no call left in flight)

@@ -106,9 +106,10 @@ def test_router_command_over_running_replicas(tiny_llama_dir):
             token_file = out.name
         process = agentix("router", *(arg for r in replicas for arg in ("--replica", r.address)),
                           "--port", "0", "--placement", "pinned", "--model", tiny_llama_dir,
-                          "--router-token-file", token_file)
+                          "--router-token-file", token_file, "--metrics-port", "0")
         try:
-            (line,) = read_until(process, "agentix router serving on ")
+            line, metrics_line = read_until(process, "metrics serving on ")
+            assert line.startswith("agentix router serving on ")
             with AgentixClient(line.rsplit(" ", 1)[1]) as client, client.program() as prog:
                 for _ in range(2):
                     prog.generate("w5 w6 w7", max_tokens=2)
@@ -117,6 +118,12 @@ def test_router_command_over_running_replicas(tiny_llama_dir):
                 on_home = replicas[info["engine"]].engine_loop.call(
                     lambda e: e.get_program(prog.program_id).service)
                 assert on_home == pytest.approx(info["service"])  # the router's value landed
+            metrics_url = f"http://{metrics_line.rsplit(' ', 1)[1]}/metrics"
+            with urllib.request.urlopen(metrics_url, timeout=10) as response:
+                text = response.read().decode()
+            placed = [line for line in text.splitlines()
+                      if line.startswith("agentix_router_replica_placements_total{")]
+            assert sorted(float(line.rsplit(" ", 1)[1]) for line in placed) == [0.0, 2.0]
             process.send_signal(signal.SIGTERM)
             assert process.wait(30) == 0
         finally:

@@ -10,7 +10,10 @@ from router_helpers import agentix
 @pytest.mark.parametrize("args, message", [
     (("router", "--replica", "nohost"), "--replica: expected HOST:PORT"),
     (("router", "--replica", "127.0.0.1:1", "--cutoff", "-3"), "--cutoff"),
-    (("serve", "--replicas", "2", "--metrics-port", "0"), "--metrics-port: not with --replicas"),
+    (("serve", "--replicas", "2", "--router-token-file", "t"),
+     "--router-token-file: not with --replicas"),
+    (("router", "--replica", "127.0.0.1:1", "--metrics-port", "70000"),
+     "metrics_port: must be in [0, 65535]"),
     (("router", "--replica", "127.0.0.1:1", "--http-port", "0"), "http_port: the router's "
                                                                   "OpenAI door needs model"),
     (("serve", "--replicas", "0"), "--replicas"),
