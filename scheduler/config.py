@@ -41,7 +41,12 @@ class SchedulerConfig:
     its class (see `scheduler.tool_times`), and `ttl` (or `learnt` before it has samples)
     takes `retention_ttl_factor` x the program's mean observed tool time, else
     `retention_prior_seconds`. With `prefetch`, a live program's KV offloaded to host comes
-    back onto free device blocks before its next call is expected.
+    back onto free device blocks before its next call is expected. `kv_ranks_by_level`
+    (default) ranks a program's KV by the level of its next call first, so an admission may
+    evict a lower-priority program's retained KV; off, every live program's KV ranks by its
+    retention state alone (as with one level), so no admission evicts any program's retained
+    tool-call KV, whatever the levels (measured on coding: RESULTS, "Why gittins loses on
+    coding").
     Deadlines (seconds, None = off): a call that has produced no token is promoted to the
     top level once `ttft_slo_seconds` after its arrival less its estimated prefill time has
     passed (a request may set its own), and a call preempted after producing tokens once
@@ -87,6 +92,7 @@ class SchedulerConfig:
     prefill_tokens_per_second: float = 10_000.0
     measure_rates: bool = True
     kv_memory: str = "program"
+    kv_ranks_by_level: bool = True
     retention_budget: float = 0.5
     retention_prior_seconds: float = 1.0
     retention_ttl_factor: float = 2.0

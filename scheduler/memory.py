@@ -13,6 +13,8 @@ nothing else; this object turns program state into those ranks (`kv_memory="prog
   retained at its own level; short of blocks it may take, the call waits (the engine's
   admission control). Queued KV of its own level stays evictable, or FCFS (one level) would
   stall behind the KV of the calls queued after it.
+- without `kv_ranks_by_level`, every rank is taken at the last level (as if there were one):
+  ranks follow the retention state alone, and no admission evicts a retained tool call's KV.
 
 Tool-call retention: when a program's last active call finishes, its KV is retained for a
 time (`retention_seconds`: the client's hint of the tool time x `retention_ttl_factor`, else
@@ -77,6 +79,7 @@ class ProgramMemory:
         self.kv = kv
         self.policy = policy
         self.num_levels = num_levels
+        self.ranks_by_level = config.kv_ranks_by_level
         self.budget_blocks = int(config.retention_budget * kv.pool.num_usable)
         self.rates = rates
         self.return_times = ToolTimeLearner()
@@ -99,6 +102,8 @@ class ProgramMemory:
     def rank(self, level: int, retention: Retention) -> float:
         if not self.enabled:
             return NO_OWNER_RANK
+        if not self.ranks_by_level:
+            level = self.num_levels - 1
         return self.policy.retention_rank(level, self.num_levels, retention)
 
     def admission_rank(self, level: int) -> float:

@@ -91,6 +91,34 @@ def test_a_lower_priority_call_waits_rather_than_evict_retained_kv():
     assert sim.scheduler.stats()["num_preemptions"] == 0
 
 
+@pytest.mark.parametrize("by_level", [True, False])
+def test_a_higher_level_evicts_retained_kv_only_with_ranks_by_level(by_level):
+    """X (1 block) runs; R (level 0) then needs 6 blocks where 5 are plain. Ranked by
+    level, A's KV retained at level 1 (rank 9) is below R's admission rank (11): R takes A's
+    tail block at once. Without (`kv_ranks_by_level=False`, every rank at the last level),
+    A's retained rank is 3 and R's admission rank 2: R waits while anything runs."""
+    sim = make_sim(num_blocks=9, kv_ranks_by_level=by_level)
+    run_first_call(sim)
+    assert ranks(sim) == ([RETAINED_L1] * 2 if by_level else [3.0, 3.0])
+    sim.start("X")
+    x1 = add_call(sim, "X", "x1", range(500, 504), 3)
+    sim.start("R")
+    r1 = add_call(sim, "R", "r1", range(300, 324), 2)
+    sim.step()
+    sim.scheduler.check_integrity()
+    assert x1.status is CallStatus.RUNNING
+    if by_level:
+        assert r1.status is CallStatus.RUNNING
+        assert 2 in sim.kv.block_table("r1") and sim.kv.pool.free_rank(1) == RETAINED_L1
+    else:
+        while x1.status is not CallStatus.FINISHED:
+            assert r1.status is CallStatus.WAITING and ranks(sim) == [3.0, 3.0]
+            sim.step()
+            sim.scheduler.check_integrity()
+    sim.run_clean()
+    assert sim.completed == ["a1", "x1", "r1"]
+
+
 def test_with_lru_memory_every_rank_is_zero_and_the_prefix_is_lost():
     sim = make_sim(num_blocks=9, num_host_blocks=4, kv_memory="lru")
     a1 = run_first_call(sim)
