@@ -68,12 +68,17 @@ def _serve(args: argparse.Namespace) -> None:
     from server.app import serve_forever
 
     def ready(running) -> None:
-        for label, address in (("agentix", running.address), ("http", running.http_address),
-                               ("metrics", running.metrics_address)):
-            if address is not None:
-                print(f"{label} serving on {address}", flush=True)
+        _print_serving(("agentix", running.address), ("http", running.http_address),
+                       ("metrics", running.metrics_address))
 
     serve_forever(config, options, on_ready=ready)
+
+
+def _print_serving(*addresses: tuple[str, str | None]) -> None:
+    """One "LABEL serving on ADDRESS" line per address served (None: not served)."""
+    for label, address in addresses:
+        if address is not None:
+            print(f"{label} serving on {address}", flush=True)
 
 
 def _serve_node(args: argparse.Namespace) -> None:
@@ -101,11 +106,8 @@ def _serve_replicas(args: argparse.Namespace) -> None:
     def ready(running) -> None:
         for i, address in enumerate(local.addresses):
             print(f"replica {i} serving on {address}", flush=True)
-        print(f"agentix serving on {running.address}", flush=True)
-        for label, address in (("http", running.http_address),
-                               ("metrics", running.metrics_address)):
-            if address is not None:
-                print(f"{label} serving on {address}", flush=True)
+        _print_serving(("agentix", running.address), ("http", running.http_address),
+                       ("metrics", running.metrics_address))
 
     from server.router.spawn import ReplicaStartError
 
@@ -144,11 +146,8 @@ def _router(args: argparse.Namespace) -> None:
     from server.router.app import serve_router_forever
 
     def ready(running) -> None:
-        print(f"agentix router serving on {running.address}", flush=True)
-        for label, address in (("http", running.http_address),
-                               ("metrics", running.metrics_address)):
-            if address is not None:
-                print(f"{label} serving on {address}", flush=True)
+        _print_serving(("agentix router", running.address), ("http", running.http_address),
+                       ("metrics", running.metrics_address))
 
     try:
         serve_router_forever(options, on_ready=ready)
