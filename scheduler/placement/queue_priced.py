@@ -51,28 +51,36 @@ def _weight(name: str, value: object) -> float:
 
 class QueuePricedPlacement(Placement):
     name = "agentix"
-    options = ("load_weight", "queue_weight", "memory_weight")
+    options = ("load_weight", "queue_weight", "memory_weight", "new_program_weight")
 
     def __init__(self, load_weight: float = 0.0, queue_weight: float = 0.02,
-                 memory_weight: float = 1.0) -> None:
+                 memory_weight: float = 1.0, new_program_weight: float = 0.0) -> None:
         self.load_weight = _weight("load_weight", load_weight)
         self.queue_weight = _weight("queue_weight", queue_weight)
         self.memory_weight = _weight("memory_weight", memory_weight)
+        self.new_program_weight = _weight("new_program_weight", new_program_weight)
         self.sent = SentBlocks()
+        self.placed: set[str] = set()  # live programs with a call placed
 
     def cost(self, call: PlacementRequest, load: ReplicaLoad) -> float:
         """The call's expected work before its first token at `load.replica`, in tokens."""
         hit = self.sent.expected_hit(load, call.block_hashes) * call.block_size
         prefill = max(0, call.prompt_tokens - hit)
         overflow = max(0, load.load_tokens + prefill - load.kv_blocks_total * call.block_size)
-        return (self.load_weight * load.load_tokens + self.queue_weight * load.waiting_tokens
+        load_weight = self.load_weight + (self.new_program_weight
+                                          if call.program_id not in self.placed else 0.0)
+        return (load_weight * load.load_tokens + self.queue_weight * load.waiting_tokens
                 + prefill + self.memory_weight * overflow)
 
     def place(self, call: PlacementRequest, loads: Sequence[ReplicaLoad]) -> int:
         best = min(healthy(loads),
                    key=lambda load: (self.cost(call, load), load.load_tokens, load.replica))
         self.sent.send(best, call.block_hashes)
+        self.placed.add(call.program_id)
         return best.replica
 
     def replica_lost(self, replica: int) -> None:
         self.sent.forget(replica)
+
+    def program_ended(self, program_id: str) -> None:
+        self.placed.discard(program_id)

@@ -91,7 +91,8 @@ def test_by_default_only_queued_tokens_count_at_one_fiftieth():
     assert cost.place(call("p", 14), loads(10_000, 0, kv_blocks=1000)) == 1
 
 
-@pytest.mark.parametrize("name", ["load_weight", "queue_weight", "memory_weight"])
+@pytest.mark.parametrize("name", ["load_weight", "queue_weight", "memory_weight",
+                                  "new_program_weight"])
 @pytest.mark.parametrize("bad", [-1, True, "x", float("nan")])
 def test_a_bad_weight_is_refused(name, bad):
     with pytest.raises(ValueError, match=f"agentix: {name} must be a number >= 0"):
@@ -113,3 +114,23 @@ def test_memory_weight_prices_only_what_a_replica_cannot_hold():
     assert sized.place(call("p", 12), loads(1800, 0)) == 1     # 264 > 192 on the empty one
     with pytest.raises(ValueError, match="memory_weight"):
         QueuePricedPlacement(memory_weight=-1)
+
+
+def test_new_program_weight_prices_running_kv_for_a_programs_first_call_only():
+    """Replica 0 holds a shared 10-block prefix (160 tokens) and 1,000 running tokens; 1 is
+    empty. With new_program_weight 1, a new program's first call pays 1,000 on 0 against
+    160 of prefill on 1, so it goes to 1; its next call (6 more blocks, 10 of them cached
+    on 1 now) is priced without the term, as is every later call until the program ends."""
+    busy = [ReplicaLoad(0, running_tokens=1000, kv_blocks_total=1000),
+            ReplicaLoad(1, kv_blocks_total=1000)]
+    plain = QueuePricedPlacement(queue_weight=0)
+    spread = QueuePricedPlacement(queue_weight=0, new_program_weight=1.0)
+    for placement in (plain, spread):
+        assert placement.place(call("seed", 10), loads(0, 0, kv_blocks=1000)) == 0
+    assert plain.place(call("p", 10), busy) == 0            # 0 + 0 against 160
+    assert spread.cost(call("p", 10), busy[0]) == 1000
+    assert spread.place(call("p", 10), busy) == 1           # 1,000 against 160
+    assert spread.cost(call("p", 16), busy[1]) == 96       # a later call: no load term
+    spread.program_ended("p")
+    assert spread.cost(call("p", 16), busy[1]) == 96 + 0   # new again, 1 has no load
+    assert spread.cost(call("p", 16), busy[0]) == 1000 + 96
