@@ -7,7 +7,7 @@ For each healthy replica, the work that would pass before the call's first token
            + (prompt_tokens - expected hit tokens)
            + memory_weight * max(0, load_tokens + that prefill - KV capacity in tokens)
 
-The last term is the call's own prefill after its prefix-cache hit there: from the replica's
+The third term is the call's own prefill after its prefix-cache hit there: from the replica's
 KV events when it reports them (`ReplicaLoad.cached`), else from the block hashes the router
 sent to each replica (`SentBlocks`, as `prefix_aware` keeps them). A program's history lives
 where its earlier calls went, so its next call's hit is largest there. The queue term is the
@@ -26,12 +26,17 @@ memory is short; then it moves new programs away from a replica whose contexts o
 (the coding workload, whose shared system prompt otherwise keeps every program on the
 replicas that hold it: RESULTS, "Coding at four replicas").
 
+`new_program_weight` (default 0: off) adds that weight to `load_weight` for a program's first
+call, whose replica is where its KV will grow: at 1 it places new programs by load, like
+`pinned`, which is the best placement on the coding workload and costs mixed 17% of its mean
+(RESULTS, "Session 9: the memory term by default"). Programs count as new until a call of
+theirs is placed, and again after `program_ended`.
+
 Measured (bench/RESULTS.md, "The queue-priced placement" and "Coding at four replicas"): the
 defaults (0, 0.02, 1) tie or beat `prefix_aware` on ShareGPT and mixed (1% behind on a LATS
 burst) and beat it clearly when one replica is slow or the contexts are long; the memory
 term changes no figure on ShareGPT, mixed or LATS; `load_weight` 0.05 with `queue_weight` 0
-and `memory_weight` 0 is the earlier rule. Ties: fewer
-load tokens, then the lowest index. O(#block_hashes + #replicas * log #block_hashes) per
+and `memory_weight` 0 is the earlier rule. Ties: fewer load tokens, then the lowest index. O(#block_hashes + #replicas * log #block_hashes) per
 call, amortized.
 """
 
