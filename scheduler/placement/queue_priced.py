@@ -36,8 +36,8 @@ Measured (bench/RESULTS.md, "The queue-priced placement" and "Coding at four rep
 defaults (0, 0.02, 1) tie or beat `prefix_aware` on ShareGPT and mixed (1% behind on a LATS
 burst) and beat it clearly when one replica is slow or the contexts are long; the memory
 term changes no figure on ShareGPT, mixed or LATS; `load_weight` 0.05 with `queue_weight` 0
-and `memory_weight` 0 is the earlier rule. Ties: fewer load tokens, then the lowest index. O(#block_hashes + #replicas * log #block_hashes) per
-call, amortized.
+and `memory_weight` 0 is the earlier rule. Ties: fewer load tokens, then the lowest index.
+O(#block_hashes + #replicas * log #block_hashes) per call, amortized.
 """
 
 from __future__ import annotations
