@@ -29,7 +29,11 @@ replicas that hold it: RESULTS, "Coding at four replicas").
 `new_program_weight` (default 0: off) adds that weight to `load_weight` for a program's first
 call, whose replica is where its KV will grow: at 1 it places new programs by load, like
 `pinned`, which is the best placement on the coding workload and costs mixed 17% of its mean
-(RESULTS, "Session 9: the memory term by default"). Programs count as new until a call of
+(RESULTS, "Session 9: the memory term by default"). `auto` makes it what programs grow to:
+the mean largest prompt of the last PEAK_WINDOW ended programs over the replica's KV capacity
+in tokens (0 before any ended), so a new program pays its expected size times the fraction of
+the replica already in use: about 0.3 on coding, where it spreads programs, and about 0.01 on
+mixed, where the prefix a replica holds still decides. Programs count as new until a call of
 theirs is placed, and again after `program_ended`.
 
 Measured (bench/RESULTS.md, "The queue-priced placement" and "Coding at four replicas"): the
@@ -42,10 +46,15 @@ O(#block_hashes + #replicas * log #block_hashes) per call, amortized.
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Sequence
 
 from scheduler.placement.base import Placement, PlacementRequest, ReplicaLoad, healthy
 from scheduler.placement.sent_blocks import SentBlocks
+
+
+AUTO = "auto"
+PEAK_WINDOW = 100  # ended programs whose largest prompts the `auto` new-program weight averages
 
 
 def _weight(name: str, value: object) -> float:
@@ -59,33 +68,49 @@ class QueuePricedPlacement(Placement):
     options = ("load_weight", "queue_weight", "memory_weight", "new_program_weight")
 
     def __init__(self, load_weight: float = 0.0, queue_weight: float = 0.02,
-                 memory_weight: float = 1.0, new_program_weight: float = 0.0) -> None:
+                 memory_weight: float = 1.0, new_program_weight: float | str = 0.0) -> None:
         self.load_weight = _weight("load_weight", load_weight)
         self.queue_weight = _weight("queue_weight", queue_weight)
         self.memory_weight = _weight("memory_weight", memory_weight)
-        self.new_program_weight = _weight("new_program_weight", new_program_weight)
+        self.new_program_weight = (AUTO if new_program_weight == AUTO
+                                   else _weight("new_program_weight", new_program_weight))
         self.sent = SentBlocks()
-        self.placed: set[str] = set()  # live programs with a call placed
+        self.peaks: dict[str, int] = {}  # live program with a call placed -> largest prompt
+        self.ended_peaks: deque[int] = deque(maxlen=PEAK_WINDOW)
 
     def cost(self, call: PlacementRequest, load: ReplicaLoad) -> float:
         """The call's expected work before its first token at `load.replica`, in tokens."""
         hit = self.sent.expected_hit(load, call.block_hashes) * call.block_size
         prefill = max(0, call.prompt_tokens - hit)
-        overflow = max(0, load.load_tokens + prefill - load.kv_blocks_total * call.block_size)
-        load_weight = self.load_weight + (self.new_program_weight
-                                          if call.program_id not in self.placed else 0.0)
+        capacity = load.kv_blocks_total * call.block_size
+        overflow = max(0, load.load_tokens + prefill - capacity)
+        load_weight = self.load_weight
+        if call.program_id not in self.peaks:
+            load_weight += self._new_program_weight(capacity)
         return (load_weight * load.load_tokens + self.queue_weight * load.waiting_tokens
                 + prefill + self.memory_weight * overflow)
+
+    def _new_program_weight(self, capacity: int) -> float:
+        """The weight, or with `auto` the mean largest prompt of the last PEAK_WINDOW ended
+        programs over the replica's KV capacity in tokens (0 before any ended)."""
+        if self.new_program_weight != AUTO:
+            return self.new_program_weight
+        if not self.ended_peaks:
+            return 0.0
+        return sum(self.ended_peaks) / len(self.ended_peaks) / capacity
 
     def place(self, call: PlacementRequest, loads: Sequence[ReplicaLoad]) -> int:
         best = min(healthy(loads),
                    key=lambda load: (self.cost(call, load), load.load_tokens, load.replica))
         self.sent.send(best, call.block_hashes)
-        self.placed.add(call.program_id)
+        self.peaks[call.program_id] = max(self.peaks.get(call.program_id, 0),
+                                          call.prompt_tokens)
         return best.replica
 
     def replica_lost(self, replica: int) -> None:
         self.sent.forget(replica)
 
     def program_ended(self, program_id: str) -> None:
-        self.placed.discard(program_id)
+        peak = self.peaks.pop(program_id, None)
+        if peak is not None:
+            self.ended_peaks.append(peak)

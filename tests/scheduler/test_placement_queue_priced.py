@@ -134,3 +134,19 @@ def test_new_program_weight_prices_running_kv_for_a_programs_first_call_only():
     spread.program_ended("p")
     assert spread.cost(call("p", 16), busy[1]) == 96 + 0   # new again, 1 has no load
     assert spread.cost(call("p", 16), busy[0]) == 1000 + 96
+
+
+def test_the_auto_new_program_weight_is_the_mean_ended_peak_over_the_kv_capacity():
+    """`auto`: 0 until a program ends; then the mean of ended programs' largest prompts (800
+    tokens for "a") over the replica's KV capacity (1,000 blocks of 16: 16,000 tokens), 0.05:
+    a new program's first call pays 200 for the 4,000 running tokens on 0, against 160 of
+    prefill on the empty 1."""
+    busy = [ReplicaLoad(0, running_tokens=4000, kv_blocks_total=1000),
+            ReplicaLoad(1, kv_blocks_total=1000)]
+    auto = QueuePricedPlacement(queue_weight=0, new_program_weight="auto")
+    assert auto.place(call("a", 50), loads(0, 0, kv_blocks=1000)) == 0
+    assert (auto.cost(call("b", 10), busy[0]), auto.cost(call("b", 10), busy[1])) == (0, 160)
+    auto.program_ended("a")
+    assert auto.cost(call("b", 10), busy[0]) == pytest.approx(200)
+    assert auto.place(call("b", 10), busy) == 1
+    assert auto.cost(call("b", 10), busy[0]) == 0  # no longer new
