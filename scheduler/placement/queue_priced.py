@@ -32,7 +32,7 @@ call, whose replica is where its KV will grow: at 1 it places new programs by lo
 (RESULTS, "Session 9: the memory term by default"). `auto` makes it what programs grow to:
 the mean largest prompt of the last PEAK_WINDOW ended programs over the replica's KV capacity
 in tokens (0 before any ended), so a new program pays its expected size times the fraction of
-the replica already in use: about 0.3 on coding, where it spreads programs, and about 0.01 on
+the replica already in use: 0.24 on coding, where it spreads programs, and 0.007 on
 mixed, where the prefix a replica holds still decides. Programs count as new until a call of
 theirs is placed, and again after `program_ended`.
 
