@@ -3,7 +3,8 @@ token is expected soonest, priced in tokens.
 
 For each healthy replica, the work that would pass before the call's first token there:
 
-    cost = load_weight * load_tokens + queue_weight * waiting_tokens
+    cost = (load_weight [+ new_program_weight for a program's first call]) * load_tokens
+           + queue_weight * waiting_tokens
            + (prompt_tokens - expected hit tokens)
            + memory_weight * max(0, load_tokens + that prefill - KV capacity in tokens)
 
@@ -26,21 +27,21 @@ memory is short; then it moves new programs away from a replica whose contexts o
 (the coding workload, whose shared system prompt otherwise keeps every program on the
 replicas that hold it: RESULTS, "Coding at four replicas").
 
-`new_program_weight` (default 0: off) adds that weight to `load_weight` for a program's first
-call, whose replica is where its KV will grow: at 1 it places new programs by load, like
-`pinned`, which is the best placement on the coding workload and costs mixed 17% of its mean
-(RESULTS, "Session 9: the memory term by default"). `auto` makes it what programs grow to:
-the mean largest prompt of the last PEAK_WINDOW ended programs over the replica's KV capacity
-in tokens (0 before any ended), so a new program pays its expected size times the fraction of
-the replica already in use: 0.24 on coding, where it spreads programs, and 0.007 on
-mixed, where the prefix a replica holds still decides. Programs count as new until a call of
-theirs is placed, and again after `program_ended`.
+`new_program_weight` (default `auto`) adds a weight to `load_weight` for a program's first
+call, whose replica is where its KV will grow. `auto` makes it what programs grow to: the
+mean largest prompt of the last PEAK_WINDOW ended programs over the replica's KV capacity in
+tokens (0 before any ended), so a new program pays its expected size times the fraction of
+the replica already in use: about 0.24 on coding, where it spreads the programs over the
+replicas as `pinned` does, and 0.007 on mixed, where the prefix a replica holds still decides.
+A number fixes the weight (at 1 new programs go by load, which costs mixed 17% of its mean).
+Programs count as new until a call of theirs is placed, and again after `program_ended`.
 
-Measured (bench/RESULTS.md, "The queue-priced placement" and "Coding at four replicas"): the
-defaults (0, 0.02, 1) tie or beat `prefix_aware` on ShareGPT and mixed (1% behind on a LATS
-burst) and beat it clearly when one replica is slow or the contexts are long; the memory
-term changes no figure on ShareGPT, mixed or LATS; `load_weight` 0.05 with `queue_weight` 0
-and `memory_weight` 0 is the earlier rule. Ties: fewer load tokens, then the lowest index.
+Measured (bench/RESULTS.md, "The queue-priced placement", "Coding at four replicas" and
+"Session 9: the memory term by default"): the defaults (0, 0.02, 1, auto) tie or beat
+`prefix_aware` on ShareGPT and mixed (1% behind on a LATS burst) and beat it clearly when one
+replica is slow or the contexts are long; on coding they tie `pinned`, the best other there.
+`load_weight` 0.05 with `queue_weight` 0 and `memory_weight` and `new_program_weight` 0 is the
+earlier rule. Ties: fewer load tokens, then the lowest index.
 O(#block_hashes + #replicas * log #block_hashes) per call, amortized.
 """
 
@@ -68,7 +69,7 @@ class QueuePricedPlacement(Placement):
     options = ("load_weight", "queue_weight", "memory_weight", "new_program_weight")
 
     def __init__(self, load_weight: float = 0.0, queue_weight: float = 0.02,
-                 memory_weight: float = 1.0, new_program_weight: float | str = 0.0) -> None:
+                 memory_weight: float = 1.0, new_program_weight: float | str = AUTO) -> None:
         self.load_weight = _weight("load_weight", load_weight)
         self.queue_weight = _weight("queue_weight", queue_weight)
         self.memory_weight = _weight("memory_weight", memory_weight)

@@ -76,7 +76,8 @@ def test_a_lost_replica_forgets_what_was_sent_there():
 
 def test_by_default_only_queued_tokens_count_at_one_fiftieth():
     cost = make_placement("agentix")
-    assert (cost.load_weight, cost.queue_weight, cost.memory_weight) == (0.0, 0.02, 1.0)
+    assert (cost.load_weight, cost.queue_weight, cost.memory_weight,
+            cost.new_program_weight) == (0.0, 0.02, 1.0, "auto")
     assert cost.place(call("p", 10), loads(0, 0)) == 0         # 160 tokens sent to 0
     # Running KV is not priced while it fits: 10,000 running tokens on 0 do not move the
     # call (1,000 blocks of 16 hold them).
