@@ -42,12 +42,14 @@ def gone(pid: int) -> bool:
 
 def serve_replicas(model_dir: str, *flags: str
                    ) -> tuple[subprocess.Popen, list[str], list[int]]:
-    """The process, its addresses (gRPC, then HTTP with --http-port), its children."""
+    """The process, its addresses (gRPC, then HTTP with --http-port, then metrics with
+    --metrics-port), its children."""
     process = agentix("serve", "--replicas", "2", "--model", model_dir, "--port", "0",
                       "--placement", "round_robin", "--grace", "1", *TINY, *flags)
-    last = "http serving on " if "--http-port" in flags else "agentix serving on "
-    lines = read_until(process, last)
-    labels = ["replica 0", "replica 1", "agentix"] + (["http"] if "--http-port" in flags else [])
+    extra = [label for label, flag in (("http", "--http-port"), ("metrics", "--metrics-port"))
+             if flag in flags]
+    lines = read_until(process, f"{(['agentix'] + extra)[-1]} serving on ")
+    labels = ["replica 0", "replica 1", "agentix"] + extra
     assert [line.split(" serving on ")[0] for line in lines] == labels
     children = [c.pid for c in psutil.Process(process.pid).children(recursive=True)]
     assert len(children) == 2
@@ -55,8 +57,8 @@ def serve_replicas(model_dir: str, *flags: str
 
 
 def test_serve_replicas_serves_and_leaves_no_child_after_sigterm(tiny_llama_dir):
-    process, (address, http_address), children = serve_replicas(
-        tiny_llama_dir, "--http-port", "0", "--served-model-name", "tiny")
+    process, (address, http_address, metrics_address), children = serve_replicas(
+        tiny_llama_dir, "--http-port", "0", "--served-model-name", "tiny", "--metrics-port", "0")
     try:
         with AgentixClient(address) as client, client.program() as prog:
             engines = []
@@ -71,6 +73,10 @@ def test_serve_replicas_serves_and_leaves_no_child_after_sigterm(tiny_llama_dir)
                              "ignore_eos": True}).encode())
         with urllib.request.urlopen(request, timeout=30) as response:
             assert json.loads(response.read())["usage"]["completion_tokens"] == 3
+        with urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=10) as response:
+            placed = [line for line in response.read().decode().splitlines()
+                      if line.startswith("agentix_router_replica_placements_total{")]
+        assert sorted(float(line.rsplit(" ", 1)[1]) for line in placed) == [1.0, 2.0]
         process.send_signal(signal.SIGTERM)
         assert process.wait(30) == 0
         assert "agentix: stopped" in process.stderr.read()
