@@ -23,7 +23,8 @@ from bench.sim.baselines import BASELINES
 from bench.sim.cost_model import GPU_PRESETS, MODEL_PRESETS
 from bench.sim.hot_tenant import HOT_PREFIX_TOKENS, hot_tenant
 from bench.sim.metrics import compute_metrics, metrics_by_workload
-from server.config_flags import name_list, parse_cutoff, parse_override, positive_float
+from server.config_flags import (name_list, parse_cutoff, parse_override,
+                                  parse_placement_option, positive_float)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -80,22 +81,11 @@ def _add_replica_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"the cutoff placement's prompt-length cutoff in tokens, or "
                              f"'auto' (adaptive; default {DEFAULT_CUTOFF})")
     parser.add_argument("--placement-option", action="append", default=[],
-                        type=_placement_option, metavar="NAME=VALUE",
+                        type=parse_placement_option, metavar="NAME=VALUE",
                         help="an option of the placement (e.g. queue_weight=0.02 for agentix; "
                              "repeatable; see scheduler/placement/)")
 
 
-def _placement_option(text: str) -> tuple[str, int | float | str]:
-    """NAME=VALUE, the value an int, else a float, else the text."""
-    name, sep, value = text.partition("=")
-    if not sep or not name:
-        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
-    for kind in (int, float):
-        try:
-            return name, kind(value)
-        except ValueError:
-            pass
-    return name, value
 
 
 def _replica_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -16,7 +16,8 @@ from scheduler.config import KV_MEMORY_MODES, PREEMPTION_MODES, SchedulerConfig
 from scheduler.policies import POLICIES
 from server.cli_checks import (DEFAULT_PLACEMENT, PLACEMENT_NAMES, UsageError, replicas_setup,
                                router_setup, serve_setup)
-from server.config_flags import parse_cutoff, parse_override, positive_float
+from server.config_flags import (parse_cutoff, parse_override, parse_placement_option,
+                                 positive_float)
 from server.limits import DEFAULT_DNS_REFRESH_SECONDS, DEFAULT_MAX_PROMPT_BYTES
 from server.tool_parsers import TOOL_PARSERS
 
@@ -118,8 +119,9 @@ def _serve_replicas(args: argparse.Namespace) -> None:
 
 
 # `agentix serve` flags a replica child does not get from its parent (it gets its own).
-_PARENT_ONLY = frozenset({"help", "replicas", "placement", "cutoff", "host", "port", "no_grpc",
-                          "http_port", "metrics_port", "router_token_file", "model"})
+_PARENT_ONLY = frozenset({"help", "replicas", "placement", "cutoff", "placement_option",
+                          "host", "port", "no_grpc", "http_port", "metrics_port",
+                          "router_token_file", "model"})
 
 
 def _child_serve_args(args: argparse.Namespace, model: str) -> list[str]:
@@ -306,6 +308,10 @@ def _add_placement_flags(parser: argparse.ArgumentParser, prefix: str = "") -> N
                              f"calls go to the least-loaded replica, longer ones to their "
                              f"program's pinned replica ('auto': adapted from observed cache "
                              f"hits and queue times)")
+    parser.add_argument("--placement-option", action="append", default=[],
+                        type=parse_placement_option, metavar="NAME=VALUE",
+                        help=f"{prefix}an option of the placement, repeatable (e.g. "
+                             f"new_program_weight=0 for agentix; see scheduler/placement/)")
 
 
 def _add_tool_flags(parser) -> None:

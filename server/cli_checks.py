@@ -74,11 +74,12 @@ def _router_token(path: str | None) -> str | None:
         raise UsageError(f"--router-token-file: {exc}") from None
 
 
-def _check_placement(name: str, cutoff: int | str) -> None:
+def _check_placement(name: str, cutoff: int | str,
+                     options: list[tuple[str, object]]) -> None:
     from server.router.app import make_placement
 
     try:
-        make_placement(name, cutoff)
+        make_placement(name, cutoff, tuple(options))
     except (ValueError, TypeError) as exc:
         raise UsageError(f"--placement {name}: {exc}") from None
 
@@ -100,7 +101,7 @@ def router_setup(args: argparse.Namespace) -> RouterOptions:
         _check_model_path(args.model)
     tokens = _tokens(args.auth_token_file)
     router_token = _router_token(args.router_token_file)
-    _check_placement(args.placement, args.cutoff)
+    _check_placement(args.placement, args.cutoff, args.placement_option)
     _check_tool_flags(args)
     from scheduler.config import SchedulerConfig
     from server.app import ServeOptions
@@ -110,6 +111,7 @@ def router_setup(args: argparse.Namespace) -> RouterOptions:
         options = RouterOptions(
             replicas=tuple(args.replica), replicas_dns=tuple(args.replicas_dns),
             dns_refresh_seconds=args.dns_refresh, placement=args.placement, cutoff=args.cutoff,
+            placement_options=tuple(args.placement_option),
             host=args.host, port=args.port, http_port=args.http_port,
             metrics_port=args.metrics_port, model=args.model,
             chat_template=args.chat_template, tool_call_parser=args.tool_call_parser,
@@ -141,13 +143,14 @@ def replicas_setup(args: argparse.Namespace,
             raise UsageError(f"{flag}: not with --replicas (the router serves gRPC, and HTTP "
                              f"with --http-port; it makes its own router token)")
     config, options = serve_setup(args)
-    _check_placement(args.placement, args.cutoff)
+    _check_placement(args.placement, args.cutoff, args.placement_option)
     from server.router.app import RouterOptions
     from server.router.spawn import LocalReplicas
 
     local = LocalReplicas(args.replicas, child_args(args, config.model))
     router = RouterOptions(
-        replicas=(), placement=args.placement, cutoff=args.cutoff, host=options.host,
+        replicas=(), placement=args.placement, cutoff=args.cutoff,
+        placement_options=tuple(args.placement_option), host=options.host,
         port=options.port, model=config.model, auth_tokens=options.auth_tokens,
         router_token=local.token, grace=options.grace,
         max_prompt_bytes=options.max_prompt_bytes, http_port=options.http_port,

@@ -32,6 +32,16 @@ def parse_cutoff(text: str) -> int | str:
     return value
 
 
+def parse_placement_option(text: str) -> tuple[str, int | float | str]:
+    """argparse type of `--placement-option`: NAME=VALUE (`scheduler.placement.parse_option`)."""
+    from scheduler.placement import parse_option
+
+    try:
+        return parse_option(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def parse_override(text: str) -> tuple[str, Any]:
     """argparse type of `--set`: `FIELD=VALUE` as (field, value); VALUE is read as a Python
     literal (numbers, True/False/None), else kept as a string."""

@@ -56,6 +56,20 @@ def _check_options(policy: str, options: dict[str, Any], allowed: tuple[str, ...
                          f"it takes {list(allowed) or 'none'}")
 
 
+def parse_option(text: str) -> tuple[str, int | float | str]:
+    """A placement option from its command-line form NAME=VALUE: the value an int, else a
+    float, else the text (ValueError when there is no NAME= part)."""
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise ValueError(f"expected NAME=VALUE, got {text!r}")
+    for kind in (int, float):
+        try:
+            return name, kind(value)
+        except ValueError:
+            pass
+    return name, value
+
+
 def make_placement(name: PlacementSpec, cutoff: int | str = DEFAULT_CUTOFF,
                    **options: Any) -> Placement:
     """A fresh placement from a registered name (or a Placement class).
@@ -64,7 +78,7 @@ def make_placement(name: PlacementSpec, cutoff: int | str = DEFAULT_CUTOFF,
     is used by `cutoff` only, validated for every policy; with "auto", `options` are the
     `AdaptiveCutoff` keywords. Other policies take the options their class lists in
     `options` (`prefix_aware`: blocks_per_replica, max_load_gap; `agentix`: load_weight,
-    queue_weight, memory_weight).
+    queue_weight, memory_weight, new_program_weight).
     ValueError names a bad
     name, cutoff or option.
     """
@@ -96,4 +110,4 @@ __all__ = ["ADAPTIVE_OPTIONS", "DEFAULT_CUTOFF", "DEFAULT_PLACEMENT", "PLACEMENT
            "AdaptiveCutoff", "CallOutcome", "CutoffPlacement", "LeastLoadedPlacement",
            "PinnedPlacement", "Placement", "PlacementRequest", "PlacementSpec",
            "PrefixAwarePlacement", "QueuePricedPlacement", "ReplicaLoad", "RoundRobinPlacement",
-           "healthy", "least_loaded", "make_placement"]
+           "healthy", "least_loaded", "make_placement", "parse_option"]

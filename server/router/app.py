@@ -64,7 +64,8 @@ class RouterOptions:
     """A router's replicas (HOST:PORT, in index order) and/or `replicas_dns` names (NAME:PORT,
     re-resolved every `dns_refresh_seconds` by `resolver`: server.router.discovery),
     placement policy (a registered name,
-    see scheduler.placement, with its `cutoff`; or a Placement object), where it listens,
+    see scheduler.placement, with its `cutoff` and its `placement_options`, (name, value)
+    pairs; or a Placement object), where it listens,
     `model` (a model directory whose tokenizer sizes text prompts; None: estimated),
     `auth_tokens` (token -> tenant: the same file as the replicas'), `router_token` (sent to
     the replicas, which must have it to accept priority values; also what may set
@@ -83,6 +84,7 @@ class RouterOptions:
     resolver: Resolver = field(default=resolve_dns, compare=False, repr=False)
     placement: str | Placement = field(default=DEFAULT_PLACEMENT, compare=False)
     cutoff: int | str = DEFAULT_CUTOFF
+    placement_options: tuple[tuple[str, object], ...] = ()
     host: str = "127.0.0.1"
     port: int = 0
     http_port: int | None = None
@@ -133,17 +135,21 @@ class RouterOptions:
             RouterTrust(self.router_token)
 
 
-def make_placement(spec: str | Placement, cutoff: int | str) -> Placement:
-    """The placement object of a name (scheduler.placement's registry) or the object
-    itself (ValueError for an unknown name)."""
+def make_placement(spec: str | Placement, cutoff: int | str,
+                   options: tuple[tuple[str, object], ...] = ()) -> Placement:
+    """The placement object of a name (scheduler.placement's registry) with its `options`,
+    or the object itself (ValueError for an unknown name or option, or options given with
+    an object)."""
     if isinstance(spec, Placement):
+        if options:
+            raise ValueError("placement_options: only with a placement name")
         return spec
     try:
         from scheduler.placement import make_placement as registry
     except ImportError:
         raise ValueError("placement: the registry scheduler.placement.make_placement is not "
                          "available; pass a Placement object") from None
-    return registry(spec, cutoff=cutoff)
+    return registry(spec, cutoff=cutoff, **dict(options))
 
 
 class RunningRouter:
@@ -153,7 +159,8 @@ class RunningRouter:
 
     def __init__(self, options: RouterOptions) -> None:
         self.options = options
-        self.placement = make_placement(options.placement, options.cutoff)
+        self.placement = make_placement(options.placement, options.cutoff,
+                                        options.placement_options)
         self.prompts = RouterPrompts(options.model, options.max_prompt_bytes,
                                      options.chat_template)
         self.router: Router | None = None  # made on the loop (grpc.aio channels belong to it)

@@ -14,6 +14,12 @@ from router_helpers import agentix
      "--router-token-file: not with --replicas"),
     (("router", "--replica", "127.0.0.1:1", "--metrics-port", "70000"),
      "metrics_port: must be in [0, 65535]"),
+    (("router", "--replica", "127.0.0.1:1", "--placement-option", "bogus=1"),
+     "--placement agentix: placement agentix: unknown option(s) bogus"),
+    (("router", "--replica", "127.0.0.1:1", "--placement-option", "new_program_weight=-1"),
+     "new_program_weight must be a number >= 0"),
+    (("serve", "--replicas", "2", "--placement-option", "nothing"),
+     "--placement-option: expected NAME=VALUE"),
     (("router", "--replica", "127.0.0.1:1", "--http-port", "0"), "http_port: the router's "
                                                                   "OpenAI door needs model"),
     (("serve", "--replicas", "0"), "--replicas"),
