@@ -432,7 +432,7 @@ def _steady_capacity(args: argparse.Namespace, targets: list[LatencyTarget],
     from bench.analysis.steady_state import SteadyConfig, find_steady_capacities
 
     config = SteadyConfig(args.warmup_programs, args.window_programs, args.tail_programs,
-                          args.max_backlog_growth)
+                          args.max_backlog_growth, args.warmup_seconds, args.tail_seconds)
     overrides = dict(args.set)
     settings = "".join(f", {field}={value!r}" for field, value in overrides.items())
     print(f"{args.workload} at steady state, seeds {','.join(map(str, args.seeds))}, "
@@ -486,17 +486,26 @@ def _add_steady_arguments(parser: argparse.ArgumentParser) -> None:
                              "reported per seed and as min / median / max (default "
                              f"{','.join(map(str, ss.DEFAULT_SEEDS))}; --seed is then only the "
                              "unloaded target run's)")
-    parser.add_argument("--warmup-programs", type=_nonnegative_int,
+    warmup = parser.add_mutually_exclusive_group()
+    warmup.add_argument("--warmup-programs", type=_nonnegative_int,
                         default=ss.DEFAULT_WARMUP_PROGRAMS,
                         help="steady state: programs arriving before the window (not measured)")
+    warmup.add_argument("--warmup-seconds", type=_nonnegative_float, default=None,
+                        help="steady state: the warm-up in seconds of arrivals instead "
+                             "(round(S x rate) programs at each rate): compares setups of "
+                             "different capacities at equal warm-up time")
     parser.add_argument("--window-programs", type=_positive_int,
                         default=ss.DEFAULT_WINDOW_PROGRAMS,
                         help="steady state: the window's length in programs at the rate tested "
                              "(the programs arriving in it are measured)")
-    parser.add_argument("--tail-programs", type=_positive_int, default=ss.DEFAULT_TAIL_PROGRAMS,
-                        help="steady state: programs arriving after the window (generated, "
-                             "simulated only as long as needed); a measured program unfinished "
-                             "when the last one arrives means overloaded")
+    tail = parser.add_mutually_exclusive_group()
+    tail.add_argument("--tail-programs", type=_positive_int, default=ss.DEFAULT_TAIL_PROGRAMS,
+                      help="steady state: programs arriving after the window (generated, "
+                           "simulated only as long as needed); a measured program unfinished "
+                           "when the last one arrives means overloaded")
+    tail.add_argument("--tail-seconds", type=_nonnegative_float, default=None,
+                      help="steady state: the tail in seconds of arrivals instead "
+                           "(round(S x rate) programs at each rate)")
     parser.add_argument("--max-backlog-growth", type=positive_float,
                         default=ss.DEFAULT_MAX_BACKLOG_GROWTH,
                         help="steady state: overloaded when the programs in the system grow over "

@@ -28,19 +28,32 @@ def _seeds(runs: Sequence[SteadyPoint]) -> list[int]:
 
 
 def window_text(config: SteadyConfig, runs: Sequence[SteadyPoint]) -> str:
-    """One paragraph: warm-up, window and tail in programs, the window in seconds at rate r,
-    the programs measured per seed, and the overload rule."""
-    window = config.window(BASE_RATE)
+    """One paragraph: warm-up, window and tail (in programs, or in seconds at rate r), the
+    window in seconds at rate r, the programs measured per seed (per run when the warm-up is
+    in seconds: the table of runs), and the overload rule."""
     measured = {r.seed: r.measured for r in runs}
     counts = ", ".join(f"seed {seed}: {count}" for seed, count in measured.items())
-    return (f"Steady state: {config.total_programs} programs per seed (warm-up "
-            f"{config.warmup_programs}, window {config.window_programs}, tail "
-            f"{config.tail_programs}); measured: the programs arriving in "
-            f"[{window.start:g}/r, {window.end:g}/r) s at rate r ({counts} programs). A point "
+    window, tail = config.window_programs, config.tail_programs
+    if config.tail_seconds is not None:
+        tail = f"{config.tail_seconds:g} s of arrivals"
+    if config.warmup_seconds is None:
+        start = config.window(BASE_RATE)
+        head = (f"{config.total_programs(BASE_RATE)} programs per seed (warm-up "
+                f"{config.warmup_programs}, window {window}, tail {tail})"
+                if config.tail_seconds is None else
+                f"warm-up {config.warmup_programs} programs, window {window}, tail {tail}")
+        span = (f"[{start.start:g}/r, {start.end:g}/r) s at rate r ({counts} programs)")
+        limit = f"{config.max_in_system(BASE_RATE)}"
+    else:
+        seconds = config.warmup_seconds
+        head = (f"warm-up {seconds:g} s of arrivals (w = round({seconds:g} x r) programs at "
+                f"rate r), window {window} programs, tail {tail}")
+        span = f"[w/r, (w + {window})/r) s at rate r (per run: below)"
+        limit = f"w + {window}"
+    return (f"Steady state: {head}; measured: the programs arriving in {span}. A point "
             f"is overloaded when the backlog (programs in the system) grows over the window by "
             f"more than {config.max_backlog_growth:g} of the window's programs or passes "
-            f"{config.max_in_system}, or when a measured program is unfinished at the last "
-            f"arrival.\n")
+            f"{limit}, or when a measured program is unfinished at the last arrival.\n")
 
 
 def _capacity_cell(runs: Sequence[SteadyPoint], policy: str, seed: int,

@@ -4,14 +4,19 @@ Replaying a finite trace at a rising rate turns it into an offline burst once th
 enough (the whole trace arrives before much of it is served), so its capacities are lower
 bounds. Here (DESIGN.md, "Measuring at steady state"):
 
-- Trace: `SteadyConfig.total_programs` = warm-up + window + tail programs of the workload,
-  generated once per seed at `BASE_RATE` (1 program/s) and retimed to each rate
+- Trace: `SteadyConfig.total_programs(r)` = warm-up + window + tail programs of the
+  workload, generated per seed at `BASE_RATE` (1 program/s) and retimed to each rate
   (`bench.analysis.capacity.retimed`): every rate sees the same programs in the same Poisson
-  pattern.
+  pattern (a workload generator lists its programs in arrival order, and the first n of a
+  longer trace of the same seed are the trace of n: `TracePrefixes`).
 - Window: the programs arriving in [warmup, warmup + window) seconds at the base rate, that is
-  in [warmup / r, (warmup + window) / r) seconds at rate r: about `window_programs` programs,
-  the same ones at every rate (`measured_ids`). Only they are measured. The warm-up fills the
-  system first; the tail keeps programs arriving after the window.
+  in [warmup / r, (warmup + window) / r) seconds at rate r: about `window_programs` programs
+  (`measured_ids`). Only they are measured. The warm-up fills the system first; the tail keeps
+  programs arriving after the window. Warm-up and tail are set in programs (the same programs
+  measured at every rate) or in seconds (`warmup_seconds`, `tail_seconds`: round(seconds x r)
+  programs at rate r). Seconds compare setups of different capacities (1 against 8 replicas)
+  on equal terms: near capacity a system needs a warm-up of several program lifetimes, a
+  time, and a warm-up fixed in programs is shorter in seconds at a higher rate.
 - Early stop: the run ends once every measured program has finished (`bench.sim.simulate.
   EarlyStop`); the programs still running then are cut. Until then arrivals continue, so the
   measured programs run under steady load, and their times are exactly those of a run to the
@@ -82,12 +87,17 @@ class Window:
 class SteadyConfig:
     """Warm-up, window and tail in programs at the rate being tested (converted to seconds by
     `window`), and the backlog growth over the window, as a fraction of the window's
-    programs, past which a point is overloaded (`inf` turns that test off)."""
+    programs, past which a point is overloaded (`inf` turns that test off). `warmup_seconds`
+    and `tail_seconds`, when given, replace `warmup_programs` and `tail_programs`: at rate r
+    the warm-up is round(warmup_seconds x r) programs and the tail round(tail_seconds x r),
+    at least 1."""
 
     warmup_programs: int = DEFAULT_WARMUP_PROGRAMS
     window_programs: int = DEFAULT_WINDOW_PROGRAMS
     tail_programs: int = DEFAULT_TAIL_PROGRAMS
     max_backlog_growth: float = DEFAULT_MAX_BACKLOG_GROWTH
+    warmup_seconds: float | None = None
+    tail_seconds: float | None = None
 
     def __post_init__(self) -> None:
         if self.warmup_programs < 0:
@@ -98,23 +108,61 @@ class SteadyConfig:
             raise ValueError(f"tail_programs: must be >= 1, got {self.tail_programs}")
         if not self.max_backlog_growth > 0:
             raise ValueError(f"max_backlog_growth: must be > 0, got {self.max_backlog_growth}")
+        for name in ("warmup_seconds", "tail_seconds"):
+            seconds = getattr(self, name)
+            if seconds is not None and not 0 <= seconds < math.inf:
+                raise ValueError(f"{name}: must be >= 0 and finite, got {seconds}")
 
-    @property
-    def total_programs(self) -> int:
-        """Programs generated per seed: warm-up + window + tail."""
-        return self.warmup_programs + self.window_programs + self.tail_programs
+    def warmup_at(self, rate: float) -> int:
+        """Programs arriving before the window at `rate` programs/s."""
+        if self.warmup_seconds is None:
+            return self.warmup_programs
+        return round(self.warmup_seconds * _checked(rate))
 
-    @property
-    def max_in_system(self) -> int:
-        """Programs in the system past which a run is overloaded: warm-up + window."""
-        return self.warmup_programs + self.window_programs
+    def tail_at(self, rate: float) -> int:
+        """Programs arriving after the window at `rate` programs/s (at least 1)."""
+        if self.tail_seconds is None:
+            return self.tail_programs
+        return max(1, round(self.tail_seconds * _checked(rate)))
 
-    def window(self, rate: float) -> Window:
-        """The window at `rate` programs/s: [warmup / rate, (warmup + window) / rate)."""
-        if not rate > 0 or math.isinf(rate):
-            raise ValueError(f"rate: must be positive and finite, got {rate}")
-        return Window(self.warmup_programs / rate,
-                      (self.warmup_programs + self.window_programs) / rate)
+    def total_programs(self, rate: float) -> int:
+        """Programs of the trace at `rate`: warm-up + window + tail."""
+        return self.warmup_at(rate) + self.window_programs + self.tail_at(rate)
+
+    def max_in_system(self, rate: float) -> int:
+        """Programs in the system past which a run at `rate` is overloaded: warm-up +
+        window."""
+        return self.warmup_at(rate) + self.window_programs
+
+    def window(self, rate: float, timed_at: float | None = None) -> Window:
+        """The window of the point at `rate` programs/s, in seconds of a trace timed at
+        `timed_at` programs/s (default `rate`): [w / t, (w + window) / t), w =
+        `warmup_at(rate)`."""
+        warmup, clock = self.warmup_at(rate), _checked(rate if timed_at is None else timed_at)
+        return Window(warmup / clock, (warmup + self.window_programs) / clock)
+
+
+def _checked(rate: float) -> float:
+    if not rate > 0 or math.isinf(rate):
+        raise ValueError(f"rate: must be positive and finite, got {rate}")
+    return rate
+
+
+class TracePrefixes:
+    """One seed's trace of a workload at `BASE_RATE`, as long as asked: `first(n)` is the
+    trace of the first n programs, generated once and again only when a longer one is asked
+    for (a generator's first n programs do not depend on how many follow)."""
+
+    def __init__(self, workload: str, seed: int) -> None:
+        self.workload, self.seed = workload, seed
+        self._trace = Trace(())
+
+    def first(self, n: int) -> Trace:
+        if len(self._trace.programs) < n:
+            self._trace = generate_trace(self.workload, n, self.seed, BASE_RATE)
+        if len(self._trace.programs) == n:
+            return self._trace
+        return Trace(self._trace.programs[:n])
 
 
 class Verdict(enum.Enum):
@@ -226,15 +274,21 @@ def run_steady_point(workload: str, base: Trace, seed: int, policy: str, rate: f
                      model: str = "llama-3.1-8b",
                      multi: dict[str, Any] | None = None,
                      engine_overrides: dict[str, Any] | None = None) -> SteadyPoint:
-    """Simulate `base` (generated at `BASE_RATE` with `seed`) retimed to `rate` under `policy`
+    """Simulate the first `config.total_programs(rate)` programs of `base` (generated at
+    `BASE_RATE` with `seed`; ValueError if it has fewer) retimed to `rate` under `policy`
     (with `engine_overrides` on its engine config; on the replicas of `multi`,
     `bench.sim.multi_sim.replica_options`, when given) until every
     program of the window has finished, the last program has arrived or the backlog grows
     (`BacklogWatch`), and judge it."""
+    needed = config.total_programs(rate)
+    if len(base.programs) < needed:
+        raise ValueError(f"base: {len(base.programs)} programs, {needed} needed at {rate:g}/s")
+    if len(base.programs) > needed:
+        base = Trace(base.programs[:needed])
     trace = retimed(base, rate)
-    measured = measured_ids(base, config.window(BASE_RATE))
+    measured = measured_ids(base, config.window(rate, timed_at=BASE_RATE))
     window = config.window(rate)
-    watch = BacklogWatch(window, len(measured), config.max_in_system,
+    watch = BacklogWatch(window, len(measured), config.max_in_system(rate),
                          config.max_backlog_growth)
     stop = EarlyStop(measured, deadline=max(p.arrival for p in trace.programs), watch=watch)
     result = simulate_trace(trace, policy, preset, model, multi or {}, stop, engine_overrides)
@@ -258,7 +312,8 @@ def find_steady_capacities(workload: str, policies: Sequence[str], targets: Sequ
                            replica_speeds: Sequence[float] | None = None,
                            engine_overrides: dict[str, Any] | None = None,
                            max_expansions: int = MAX_EXPANSIONS) -> list[SteadyPoint]:
-    """For each seed, one trace (`SteadyConfig.total_programs` programs) and
+    """For each seed, one trace (`TracePrefixes`: `SteadyConfig.total_programs` at each
+    rate) and
     `bench.analysis.capacity.search_policies` over it with `run_steady_point`: every (policy, rate)
     pair run once per seed (on the replicas of `bench.sim.multi_sim.replica_options` when
     `replicas` > 1 or a `placement` is named), with `engine_overrides` on every engine's
@@ -271,10 +326,11 @@ def find_steady_capacities(workload: str, policies: Sequence[str], targets: Sequ
     with tqdm(desc=f"steady capacity {workload}", unit="run", disable=not progress) as bar:
         for seed in seeds:
             bar.set_description(f"steady capacity {workload} seed {seed}")
-            base = generate_trace(workload, config.total_programs, seed, BASE_RATE)
+            traces = TracePrefixes(workload, seed)
 
-            def point_at(policy: str, rate: float, base: Trace = base,
+            def point_at(policy: str, rate: float, traces: TracePrefixes = traces,
                          seed: int = seed) -> SweepPoint:
+                base = traces.first(config.total_programs(rate))
                 runs.append(run_steady_point(workload, base, seed, policy, rate, config,
                                              preset, model, multi, engine_overrides))
                 return runs[-1].point

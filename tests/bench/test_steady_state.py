@@ -6,10 +6,11 @@ import bench.analysis.steady_state as ss
 from bench import cli
 from bench.analysis.capacity import BASE_RATE, LatencyTarget, retimed
 from bench.analysis.steady_report import (steady_capacity_table, steady_points_table,
-                                          write_steady_outputs)
-from bench.analysis.steady_state import (BacklogWatch, SteadyConfig, SteadyPoint, Verdict, Window,
-                                         find_steady_capacities, half_means, judge, measured_ids,
-                                         run_steady_point, seed_capacities, spread)
+                                          window_text, write_steady_outputs)
+from bench.analysis.steady_state import (BacklogWatch, SteadyConfig, SteadyPoint, TracePrefixes,
+                                         Verdict, Window, find_steady_capacities, half_means,
+                                         judge, measured_ids, run_steady_point, seed_capacities,
+                                         spread)
 from bench.analysis.sweep import SweepPoint, capacity, generate_trace, meets_target
 from bench.analysis.sweep_report import latency_table, points_table
 from bench.sim.metrics import compute_metrics
@@ -43,7 +44,8 @@ def point(rate, mean, policy="atlas", overloaded=False, workload="lats"):
 # ----- the window --------------------------------------------------------------------------
 def test_window_is_programs_converted_to_seconds_by_rate():
     config = SteadyConfig(warmup_programs=2, window_programs=3, tail_programs=4)
-    assert config.total_programs == 9 and config.max_in_system == 5
+    assert config.total_programs(1.0) == config.total_programs(7.0) == 9
+    assert config.max_in_system(7.0) == 5
     assert config.window(1.0) == Window(2.0, 5.0)
     assert config.window(4.0) == Window(0.5, 1.25)
     assert 2.0 in Window(2.0, 5.0) and 5.0 not in Window(2.0, 5.0)
@@ -53,6 +55,42 @@ def test_window_is_programs_converted_to_seconds_by_rate():
             SteadyConfig(**bad)
     with pytest.raises(ValueError, match="rate"):
         config.window(math.inf)
+
+
+def test_warm_up_and_tail_in_seconds_are_programs_at_each_rate():
+    config = SteadyConfig(warmup_programs=99, window_programs=3, tail_programs=99,
+                          warmup_seconds=2.5, tail_seconds=10.0)
+    assert (config.warmup_at(2.0), config.tail_at(2.0)) == (5, 20)
+    assert (config.warmup_at(4.2), config.tail_at(4.2)) == (10, 42)  # round(10.5) is 10
+    assert config.total_programs(4.2) == 55 and config.max_in_system(4.2) == 13
+    assert config.window(2.0) == Window(2.5, 4.0)  # 5 programs of warm-up, then 3
+    assert config.window(2.0, timed_at=1.0) == Window(5.0, 8.0)  # in the base trace's time
+    assert config.window(4.2) == Window(10 / 4.2, 13 / 4.2)
+    assert SteadyConfig(tail_seconds=0.0).tail_at(3.0) == 1  # a tail is never empty
+    assert SteadyConfig(warmup_seconds=0.0).warmup_at(3.0) == 0
+    assert window_text(SteadyConfig(tail_seconds=280.0), []).startswith(
+        "Steady state: warm-up 600 programs, window 600, tail 280 s of arrivals; measured: "
+        "the programs arriving in [600/r, 1200/r) s at rate r")
+    for bad in (dict(warmup_seconds=-1.0), dict(tail_seconds=math.inf),
+                dict(warmup_seconds=math.nan)):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            SteadyConfig(**bad)
+
+
+def test_trace_prefixes_generate_again_only_for_a_longer_trace(monkeypatch):
+    generated = []
+
+    def fake_generate(workload, n, seed, rate):
+        generated.append(n)
+        return at(*(seed + i + 1.0 for i in range(n)))
+
+    monkeypatch.setattr(ss, "generate_trace", fake_generate)
+    traces = TracePrefixes("lats", 3)
+    first = traces.first(4)
+    assert [p.arrival for p in first.programs] == [4.0, 5.0, 6.0, 7.0]
+    assert traces.first(4) is first and traces.first(2).programs == first.programs[:2]
+    assert traces.first(6).programs[:4] == first.programs and generated == [4, 6]
+    assert len(traces.first(5).programs) == 5 and generated == [4, 6]
 
 
 def test_measured_programs_are_those_arriving_in_the_window():
@@ -221,7 +259,7 @@ TINY = SteadyConfig(warmup_programs=6, window_programs=12, tail_programs=60,
 
 @pytest.fixture(scope="module")
 def sharegpt_base():
-    return generate_trace("sharegpt", TINY.total_programs, 0, BASE_RATE)
+    return generate_trace("sharegpt", TINY.total_programs(BASE_RATE), 0, BASE_RATE)
 
 
 def test_a_light_rate_is_steady_and_a_burst_is_overloaded(sharegpt_base):
@@ -251,6 +289,26 @@ def test_the_steady_point_is_the_full_runs_over_the_measured_programs(sharegpt_b
     assert steady.point.ttft_p99_s == full.ttft_percentile(99, ids)
 
 
+def test_a_warm_up_in_seconds_measures_the_programs_after_it(sharegpt_base):
+    # 40 s of warm-up: 2 programs at 0.05/s, 8 at 0.2/s; the window is 12 programs, the tail
+    # 10 s (1 and 2 programs). A longer trace than needed is cut to the rate's length.
+    config = SteadyConfig(window_programs=12, max_backlog_growth=0.5, warmup_seconds=40.0,
+                          tail_seconds=10.0)
+    light = run_steady_point("sharegpt", sharegpt_base, 0, "optimized", 0.05, config)
+    assert light.window == Window(40.0, 14 / 0.05) and light.verdict is Verdict.STEADY
+    assert light.measured == len(measured_ids(sharegpt_base, Window(2.0, 14.0)))
+    exact = Trace(sharegpt_base.programs[:config.total_programs(0.2)])
+    busier = run_steady_point("sharegpt", sharegpt_base, 0, "optimized", 0.2, config)
+    again = run_steady_point("sharegpt", exact, 0, "optimized", 0.2, config)
+    assert (busier.verdict, busier.measured, busier.point.mean_norm_latency) == \
+        (again.verdict, again.measured, again.point.mean_norm_latency)
+    assert busier.window == Window(40.0, 20 / 0.2)
+    assert busier.measured == len(measured_ids(exact, Window(8.0, 20.0)))
+    with pytest.raises(ValueError, match="1 programs, 22 needed at 0.2/s"):
+        run_steady_point("sharegpt", Trace(sharegpt_base.programs[:1]), 0, "optimized", 0.2,
+                         config)
+
+
 # ----- the search over seeds -----------------------------------------------------------------
 @pytest.fixture
 def fake_points(monkeypatch):
@@ -258,7 +316,7 @@ def fake_points(monkeypatch):
     rate 16; the traces generated are listed."""
     generated, multis, overrides = [], [], []
     monkeypatch.setattr(ss, "generate_trace", lambda w, n, seed, rate:
-                        generated.append((w, n, seed, rate)) or at(1.0))
+                        generated.append((w, n, seed, rate)) or at(*map(float, range(1, n + 1))))
 
     def fake(workload, base, seed, policy, rate, config, preset, model, multi,
              engine_overrides=None):
@@ -295,6 +353,25 @@ def test_find_steady_capacities_searches_every_seed(fake_points):
     assert [r.point.rate for r in runs] == pytest.approx([4.0, 8.0, 16.0, 16 / 2 ** 0.5,
                                                           16 / 2 ** 0.25])
     assert seed_capacities(runs, "atlas", 100.0) == {0: pytest.approx(16 / 2 ** 0.25)}
+
+
+def test_a_warm_up_in_seconds_grows_the_trace_with_the_rate(fake_points, tmp_path):
+    generated, _, _ = fake_points
+    config = SteadyConfig(window_programs=20, warmup_seconds=5.0, tail_seconds=10.0)
+    runs = find_steady_capacities("lats", ["atlas"], [0.16], [0], config, 1.0, iterations=0,
+                                  progress=False)
+    # 1, 2, 4/s meet 0.16, 8/s misses: warm-up and tail grow with the rate (5 and 10 s).
+    assert [r.point.rate for r in runs] == [1.0, 2.0, 4.0, 8.0]
+    assert [n for _, n, _, _ in generated] == [35, 50, 80, 140]
+    assert [r.window for r in runs] == [Window(5.0, 25.0), Window(5.0, 15.0),
+                                        Window(5.0, 10.0), Window(5.0, 7.5)]
+    md, _ = write_steady_outputs(runs, [LatencyTarget(0.16, "given")], config, tmp_path,
+                                 "agentix bench capacity x")
+    text = md.read_text()
+    assert ("Steady state: warm-up 5 s of arrivals (w = round(5 x r) programs at rate r), "
+            "window 20 programs, tail 10 s of arrivals; measured: the programs arriving in "
+            "[w/r, (w + 20)/r) s at rate r (per run: below).") in text
+    assert "by more than 0.2 of the window's programs or passes w + 20, or when" in text
 
 
 def test_spread_min_median_max():
@@ -344,7 +421,13 @@ def test_cli_capacity_flags_parse():
     assert parser.parse_args(["capacity", "--workload", "lats", "--finite-trace"]).finite_trace
     assert not parser.parse_args(["capacity", "--workload", "lats",
                                   "--steady-state"]).finite_trace
+    args = parser.parse_args(["capacity", "--workload", "lats", "--warmup-seconds", "250",
+                              "--tail-seconds", "280.5"])
+    assert (args.warmup_seconds, args.tail_seconds) == (250.0, 280.5)
     for bad in (["--finite-trace", "--steady-state"], ["--seeds", "a"], ["--seeds", ","],
+                ["--warmup-programs", "5", "--warmup-seconds", "5"],
+                ["--tail-programs", "5", "--tail-seconds", "5"], ["--warmup-seconds", "-1"],
+                ["--tail-seconds", "inf"],
                 ["--max-backlog-growth", "0"], ["--window-programs", "0"],
                 ["--tail-programs", "0"],
                 ["--warmup-programs", "-1"]):

@@ -4,7 +4,7 @@ import pytest
 
 from bench.sim.sharegpt import load_conversations
 from bench.sim.trace import Trace
-from bench.sim.workloads import bfcl, lats, mixed, sharegpt
+from bench.sim.workloads import bfcl, coding, lats, mixed, sharegpt
 from bench.sim.workloads.common import load_tokenizer
 
 
@@ -25,6 +25,7 @@ def generators(tokenizer, conversations):
         "bfcl": lambda n, seed: bfcl.generate(n, seed, 1.0, tokenizer=tokenizer),
         "lats": lambda n, seed: lats.generate(n, seed, 1.0),
         "mixed": lambda n, seed: mixed.generate(n, seed, 1.0, tokenizer=tokenizer, conversations=conversations),
+        "coding": lambda n, seed: coding.generate(n, seed, 1.0),
     }
 
 
@@ -41,6 +42,14 @@ def test_deterministic_per_seed(generators, name):
     assert len({p.program_id for p in a.programs}) == 6
     arrivals = [p.arrival for p in a.programs]
     assert arrivals == sorted(arrivals) and arrivals[0] > 0
+
+
+@pytest.mark.parametrize("name", ["sharegpt", "bfcl", "lats", "mixed", "coding"])
+def test_a_longer_trace_starts_with_the_shorter_one(generators, name):
+    # The steady-state search grows a seed's trace as the rate (and a warm-up set in seconds)
+    # grows, and needs the programs already measured to stay the same ones.
+    short, longer = generators[name](5, 3), generators[name](11, 3)
+    assert longer.programs[:5] == short.programs
 
 
 def test_sharegpt_is_a_chain_with_growing_prompts(generators):
