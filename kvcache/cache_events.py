@@ -46,15 +46,16 @@ class CacheEvents:
         if capacity < 1:
             raise ValueError(f"capacity: must be positive, got {capacity}")
         self.epoch = secrets.randbits(63)
-        self._log: collections.deque[tuple[bool, int]] = collections.deque(maxlen=capacity)
+        # (wire hash, stored?) pairs: a dict of a slice of them is the net change per hash
+        self._log: collections.deque[tuple[int, bool]] = collections.deque(maxlen=capacity)
         self._next = 0
 
     def stored(self, block_hash: int) -> None:
-        self._log.append((True, wire_hash(block_hash)))
+        self._log.append((wire_hash(block_hash), True))
         self._next += 1
 
     def removed(self, block_hash: int) -> None:
-        self._log.append((False, wire_hash(block_hash)))
+        self._log.append((wire_hash(block_hash), False))
         self._next += 1
 
     def digest(self, epoch: int, since: int, cached: Callable[[], Iterable[int]]
@@ -65,9 +66,11 @@ class CacheEvents:
         if epoch != self.epoch or not first <= since <= self._next:
             return CacheDigest(self.epoch, self._next, True,
                                tuple(wire_hash(h) for h in cached()), ())
-        last: dict[int, bool] = {}
-        for added, block_hash in itertools.islice(self._log, since - first, None):
-            last[block_hash] = added
+        # The newest events, read from the log's right end (a deque skips from the left one
+        # by one), back in their order: in a dict of them the last event of a hash wins.
+        events = list(itertools.islice(reversed(self._log), self._next - since))
+        events.reverse()
+        last = dict(events)
         return CacheDigest(self.epoch, self._next, False,
                            tuple(h for h, added in last.items() if added),
                            tuple(h for h, added in last.items() if not added))

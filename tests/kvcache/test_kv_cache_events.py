@@ -87,6 +87,21 @@ def test_a_reader_too_far_behind_or_of_another_epoch_gets_a_reset():
         CacheEvents(capacity=0)
 
 
+def test_a_digest_reads_only_the_events_after_the_readers_from_a_full_log():
+    events = CacheEvents(capacity=5)
+    for h in (1, 2, 3, 4, 5):
+        events.stored(h)
+    events.removed(3)
+    events.stored(6)
+    events.removed(6)
+    events.stored(3)  # events 4..8 in the log: stored 5, removed 3, stored and removed 6, stored 3
+    assert events.digest(events.epoch, 5, list).stored == (3,)  # removed 3, then stored it
+    assert events.digest(events.epoch, 4, list) == CacheDigest(events.epoch, 9, False,
+                                                               (5, 3), (6,))
+    assert events.digest(events.epoch, 9, list) == CacheDigest(events.epoch, 9, False, (), ())
+    assert events.digest(events.epoch, 3, list).reset  # event 3 has left the log
+
+
 def test_wire_hashes_are_the_low_64_bits():
     assert wire_hash((5 << 64) + 9) == 9
     full = hash_block(None, [1, 2, 3, 4])
