@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 from operator import itemgetter
-from collections.abc import Container, Hashable, Iterator
+from collections.abc import Container, Hashable, Iterator, KeysView
 
 _item = itemgetter(1)  # the item of a level's (order, item) entry
 
@@ -82,6 +82,10 @@ class LevelQueues:
             del entries[-1]
         else:
             del entries[bisect.bisect_left(entries, (order, item))]
+
+    def members(self) -> KeysView[Hashable]:
+        """Every queued item, in no particular order (a live view: no copy)."""
+        return self._where.keys()
 
     def __iter__(self) -> Iterator[Hashable]:
         """Top-down, FCFS within a level; safe against removal of visited items."""

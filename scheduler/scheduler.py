@@ -129,7 +129,7 @@ class Scheduler:
 
     def load(self) -> SchedulerLoad:
         """What the scheduler holds now (see SchedulerLoad)."""
-        queued = [self.calls[c] for c in self.queued]
+        queued = [self.calls[c] for c in self.queued.members()]  # sums: order is moot
         swapped = sum(1 for call in queued if call.status is CallStatus.SWAPPED)
         return SchedulerLoad(
             calls_running=len(self.running), calls_waiting=len(queued) - swapped,

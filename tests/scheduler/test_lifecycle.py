@@ -92,3 +92,19 @@ def test_process_table_counters():
     assert (record.num_calls, record.prompt_tokens, record.generated_tokens) == (2, 14, 7)
     assert record.external_time == 3.0
     assert record.service == (8 + 4) + (6 + 1)
+
+
+def test_load_counts_running_and_queued_calls_and_their_tokens():
+    sim = Sim(max_num_seqs=1)
+    sim.start("p")
+    sim.call("p", "a", prompt_len=8, output_len=4)
+    sim.call("p", "b", prompt_len=12, output_len=4)
+    sim.call("p", "c", prompt_len=5, output_len=4)
+    sim.step()  # a prefills and samples its first token; b and c wait
+    load = sim.scheduler.load()
+    assert (load.calls_running, load.calls_waiting, load.calls_swapped) == (1, 2, 0)
+    assert (load.running_tokens, load.waiting_tokens) == (9, 17)
+    assert sum(load.queue_depths) == 2 and load.programs_active == 1
+    sim.run()
+    load = sim.scheduler.load()
+    assert (load.calls_running, load.calls_waiting, load.waiting_tokens) == (0, 0, 0)
