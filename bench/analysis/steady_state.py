@@ -15,8 +15,8 @@ bounds. Here (DESIGN.md, "Measuring at steady state"):
   programs arriving after the window. Warm-up and tail are set in programs (the same programs
   measured at every rate) or in seconds (`warmup_seconds`, `tail_seconds`: round(seconds x r)
   programs at rate r). Seconds compare setups of different capacities (1 against 8 replicas)
-  on equal terms: near capacity a system needs a warm-up of several program lifetimes, a
-  time, and a warm-up fixed in programs is shorter in seconds at a higher rate.
+  on equal terms: near capacity a system needs a warm-up of several program lifetimes (a
+  time, not a count), and a warm-up fixed in programs is shorter in seconds at a higher rate.
 - Early stop: the run ends once every measured program has finished (`bench.sim.simulate.
   EarlyStop`); the programs still running then are cut. Until then arrivals continue, so the
   measured programs run under steady load, and their times are exactly those of a run to the
