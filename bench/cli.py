@@ -23,6 +23,7 @@ from bench.sim.baselines import BASELINES
 from bench.sim.cost_model import GPU_PRESETS, MODEL_PRESETS
 from bench.sim.hot_tenant import HOT_PREFIX_TOKENS, hot_tenant
 from bench.sim.metrics import compute_metrics, metrics_by_workload
+from bench.sim.workloads import WORKLOADS
 from server.config_flags import (name_list, parse_cutoff, parse_override,
                                   parse_placement_option, positive_float)
 
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
 
     from bench.analysis.capacity import LatencyTarget
 
-WORKLOADS = ("sharegpt", "bfcl", "lats", "mixed", "coding")
 FIXED_TARGET = 0.3  # s/token: `capacity`'s second latency target
 
 

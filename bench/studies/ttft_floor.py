@@ -36,6 +36,7 @@ from bench.sim.cost_model import GPU_PRESETS, MODEL_PRESETS, CostModel
 from bench.sim.metrics import percentile
 from bench.sim.simulate import PromptMaker
 from bench.sim.trace import Trace, TraceProgram
+from bench.sim.workloads import WORKLOADS
 
 
 @dataclass(frozen=True)
@@ -124,22 +125,26 @@ def main(argv: list[str] | None = None) -> None:
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", default="coding,mixed",
                         help="comma-separated workload generators (bench.sim.workloads)")
-    parser.add_argument("--programs", type=int, default=100)
+    parser.add_argument("--programs", type=int, default=100, help="per workload (1-10,000)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model", choices=sorted(MODEL_PRESETS), default="llama-3.1-8b")
     parser.add_argument("--preset", choices=sorted(GPU_PRESETS), default="a100-80g")
     parser.add_argument("--target", type=float, default=2.0,
                         help="first-token target in seconds")
     args = parser.parse_args(argv)
-    if args.programs < 1 or not args.target > 0:
-        parser.error("--programs must be >= 1 and --target > 0")
+    workloads = args.workloads.split(",")
+    unknown = [w for w in workloads if w not in WORKLOADS]
+    if unknown:
+        parser.error(f"--workloads: unknown {', '.join(unknown)} (known: {', '.join(WORKLOADS)})")
+    if not 1 <= args.programs <= 10_000 or not args.target > 0:
+        parser.error("--programs must be in 1..10,000 and --target > 0")
     cost = CostModel.from_names(args.preset, args.model)
     print(f"First-token floor alone on an idle {args.model} x {args.preset}, {args.programs} "
           f"programs (seed {args.seed}); target {args.target:g} s\n")
     print(f"| workload | calls | perfect cache P50 / P90 / P99 (s) | no cache P99 (s) | calls "
           f"over {args.target:g} s | their median new tokens / prompt |")
     print("| --- | --- | --- | --- | --- | --- |")
-    for workload in args.workloads.split(","):
+    for workload in workloads:
         trace = generate_trace(workload, args.programs, args.seed, 1.0)
         print(table_row(workload, trace_floors(trace, cost), args.target), flush=True)
 

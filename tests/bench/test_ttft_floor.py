@@ -52,8 +52,11 @@ def test_the_study_prints_a_row_per_workload(capsys):
     assert lines[0].startswith("First-token floor alone on an idle llama-3.1-8b x a100-80g")
     row = [line for line in lines if line.startswith("| lats |")]
     assert len(row) == 1 and "over 0.01 s" in lines[2]
-    with pytest.raises(SystemExit):
-        ttft_floor.main(["--programs", "0"])
+    for bad in (["--programs", "0"], ["--programs", "10001"], ["--target", "0"],
+                ["--workloads", "coding,nope"]):
+        with pytest.raises(SystemExit):
+            ttft_floor.main(bad)
+    assert "unknown nope (known: sharegpt, bfcl" in capsys.readouterr().err
 
 
 def test_the_floor_is_the_simulators_first_token_on_an_idle_engine():
