@@ -38,11 +38,12 @@ def window_text(config: SteadyConfig, runs: Sequence[SteadyPoint]) -> str:
         tail = f"{config.tail_seconds:g} s of arrivals"
     if config.warmup_seconds is None:
         start = config.window(BASE_RATE)
-        head = (f"{config.total_programs(BASE_RATE)} programs per seed (warm-up "
-                f"{config.warmup_programs}, window {window}, tail {tail})"
-                if config.tail_seconds is None else
-                f"warm-up {config.warmup_programs} programs, window {window}, tail {tail}")
-        span = (f"[{start.start:g}/r, {start.end:g}/r) s at rate r ({counts} programs)")
+        if config.tail_seconds is None:  # every count fixed: the trace's size too
+            head = (f"{config.total_programs(BASE_RATE)} programs per seed (warm-up "
+                    f"{config.warmup_programs}, window {window}, tail {tail})")
+        else:
+            head = f"warm-up {config.warmup_programs} programs, window {window}, tail {tail}"
+        span = f"[{start.start:g}/r, {start.end:g}/r) s at rate r ({counts} programs)"
         limit = f"{config.max_in_system(BASE_RATE)}"
     else:
         seconds = config.warmup_seconds
