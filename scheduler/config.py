@@ -8,6 +8,10 @@ PREEMPTION_MODES = ("recompute", "swap", "keep", "auto")
 SERVICE_MODES = ("time", "tokens")
 KV_MEMORY_MODES = ("lru", "program")
 RETENTION_RULES = ("ttl", "learnt")
+MAX_TTFT_SLO_TOKENS = 10_000_000  # a first-token deadline in tokens of prefill, at most
+# The servers' first-token deadline (`agentix serve`, the demo): off in the library, so the
+# benchmark's named baselines and the scheduler's tests run without one.
+SERVE_TTFT_SLO_TOKENS = 2048
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,11 @@ class SchedulerConfig:
     Deadlines (seconds, None = off): a call that has produced no token is promoted to the
     top level once `ttft_slo_seconds` after its arrival less its estimated prefill time has
     passed (a request may set its own), and a call preempted after producing tokens once
-    `itl_slo_seconds` after its preemption has passed. Like an anti-starvation promotion, a
+    `itl_slo_seconds` after its preemption has passed. Without `ttft_slo_seconds`,
+    `ttft_slo_tokens` (None = off) sets the first-token deadline in the engine's own terms:
+    the time it takes to prefill that many tokens at its prefill speed when the call arrives
+    (`prefill_tokens_per_second`, measured), so one setting means the same on any hardware
+    (2,048: 0.18 s for Llama-3.1-8B on an A100; `agentix serve`'s default). Like an anti-starvation promotion, a
     promoted preempted call waits for room; a call promoted for its first token may preempt
     lower levels to get in.
 
@@ -101,6 +109,7 @@ class SchedulerConfig:
     prefetch: bool = False
     program_service_halflife: float | None = None
     ttft_slo_seconds: float | None = None
+    ttft_slo_tokens: int | None = None
     itl_slo_seconds: float | None = None
     max_programs: int = 10_000
     max_programs_per_tenant: int = 1_000
@@ -147,6 +156,11 @@ class SchedulerConfig:
             value = getattr(self, name)
             if value is not None and not 0 < value < float("inf"):
                 raise ValueError(f"{name} must be positive and finite or None, got {value}")
+        if self.ttft_slo_tokens is not None and (
+                isinstance(self.ttft_slo_tokens, bool) or not isinstance(self.ttft_slo_tokens, int)
+                or not 0 < self.ttft_slo_tokens <= MAX_TTFT_SLO_TOKENS):
+            raise ValueError(f"ttft_slo_tokens must be an int in [1, {MAX_TTFT_SLO_TOKENS}] or "
+                             f"None, got {self.ttft_slo_tokens!r}")
         if self.service_mode not in SERVICE_MODES:
             raise ValueError(f"service_mode must be one of {SERVICE_MODES}, got "
                              f"{self.service_mode!r}")

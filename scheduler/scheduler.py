@@ -186,14 +186,15 @@ class Scheduler:
             ttft_slo_seconds: float | None = None) -> None:
         """Queue a new call of an active program at the level its policy gives it.
         `expected_tool_seconds`: the client's hint of the tool time after this call;
-        `ttft_slo_seconds`: its first-token deadline (default `config.ttft_slo_seconds`);
+        `ttft_slo_seconds`: its first-token deadline (default `config.ttft_slo_seconds`, else
+        the prefill time of `config.ttft_slo_tokens` tokens at the current prefill speed);
         `program_service`: a trusted router's value of the program's service, which the
         program's service is raised to (ProcessTable.raise_service) before the policy
         computes the call's start value and level, so every replica enters it alike."""
         program = self.table.get(program_id)
         record = CallRecord(call.call_id, program_id, thread_id, now, waiting_since=now,
                             expected_tool_seconds=expected_tool_seconds,
-                            ttft_slo=ttft_slo_seconds or self.config.ttft_slo_seconds)
+                            ttft_slo=ttft_slo_seconds or self._default_ttft_slo())
         gap = self.table.add_call(record, call.num_tokens)  # may decay the program's service
         if gap is not None:
             self.memory.tool_returned(program, gap)
@@ -212,6 +213,13 @@ class Scheduler:
         if record.ttft_slo is not None:  # due early enough to prefill by the deadline
             prefill = self.rates.recompute_seconds(call.num_tokens)
             self.deadlines.watch(call.call_id, now + max(0.0, record.ttft_slo - prefill))
+
+    def _default_ttft_slo(self) -> float | None:
+        """The engine's first-token deadline in seconds (see SchedulerConfig): fixed, or the
+        prefill time of `ttft_slo_tokens` tokens now, or None."""
+        if self.config.ttft_slo_seconds is not None or self.config.ttft_slo_tokens is None:
+            return self.config.ttft_slo_seconds
+        return self.rates.recompute_seconds(self.config.ttft_slo_tokens)
 
     def finish(self, call: SchedulableCall, now: float) -> CallRecord | None:
         """Remove `call` wherever it is, release all its blocks (cached ones at the rank

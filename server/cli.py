@@ -12,7 +12,8 @@ import argparse
 import time
 from typing import NoReturn
 
-from scheduler.config import KV_MEMORY_MODES, PREEMPTION_MODES, SchedulerConfig
+from scheduler.config import (KV_MEMORY_MODES, PREEMPTION_MODES, SERVE_TTFT_SLO_TOKENS,
+                              SchedulerConfig)
 from scheduler.policies import POLICIES
 from server.cli_checks import (DEFAULT_PLACEMENT, PLACEMENT_NAMES, UsageError, replicas_setup,
                                router_setup, serve_setup)
@@ -284,6 +285,12 @@ def _add_serve_parser(sub) -> None:
                         metavar="N", help="running calls at most")
     engine.add_argument("--multistep", type=int, default=SCHEDULER.multistep, metavar="N",
                         help="decode steps per scheduling round")
+    engine.add_argument("--ttft-slo-tokens", type=_non_negative_int,
+                        default=SERVE_TTFT_SLO_TOKENS, metavar="N",
+                        help="first-token deadline as the time this engine takes to prefill N "
+                             "tokens: a call still without a token by then (less its own "
+                             "prefill) is promoted (0: off; --set ttft_slo_seconds=S sets it "
+                             "in seconds instead, and a request may set its own)")
     engine.add_argument("--program-ttl", type=float, default=SCHEDULER.program_ttl,
                         metavar="S", help="seconds an idle program lives before it expires")
     engine.add_argument("--set", type=parse_override, action="append", default=[],
@@ -297,6 +304,13 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
     return value
 
 

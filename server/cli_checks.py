@@ -200,7 +200,8 @@ def engine_config(args: argparse.Namespace, model: str) -> EngineConfig:
                  preemption_mode=args.preemption_mode, num_host_blocks=args.num_host_blocks,
                  num_kv_blocks=args.num_kv_blocks, kv_cache_memory_gb=args.kv_cache_memory_gb,
                  max_num_seqs=args.max_num_seqs, program_ttl=args.program_ttl,
-                 multistep=args.multistep, chat_template=args.chat_template)
+                 multistep=args.multistep, chat_template=args.chat_template,
+                 ttft_slo_tokens=args.ttft_slo_tokens or None)
     try:
         overrides = typed_overrides(EngineConfig.flat_field_types(), args.set, "EngineConfig")
     except ValueError as exc:

@@ -94,6 +94,27 @@ def test_the_config_deadline_applies_to_every_call_and_a_met_one_promotes_nothin
     assert sim.scheduler.num_deadline_promotions == 1
 
 
+@pytest.mark.parametrize("tokens, prior", [(30_008, 10_000.0), (3_008, 1_000.0)])
+def test_a_deadline_in_tokens_is_their_prefill_time_at_the_engines_speed(tokens, prior):
+    # (tokens - the 8-token prompt) / prior = 3 s after t = 40: the 3-second case above
+    sim = old_call_behind_newcomers(None, ttft_slo_tokens=tokens,
+                                    prefill_tokens_per_second=prior)
+    assert sim.plans[43].preempted.keys() == {"n2"}
+    assert first_token_step(sim, "old-5") == 44
+    assert sim.scheduler.num_deadline_promotions == 1
+
+
+def test_a_deadline_in_seconds_wins_over_one_in_tokens():
+    # 20,008 tokens alone would make old-5 due at t = 42; the config's 3 s and a request's
+    # 3 s both make it due at 43
+    for request, config in ((None, dict(ttft_slo_seconds=3.0)), (3.0, {})):
+        sim = old_call_behind_newcomers(request, ttft_slo_tokens=20_008, **config)
+        assert sim.plans[43].preempted.keys() == {"n2"}
+        assert first_token_step(sim, "old-5") == 44
+    assert first_token_step(old_call_behind_newcomers(None, ttft_slo_tokens=20_008),
+                            "old-5") == 43
+
+
 def test_an_inter_token_deadline_promotes_a_preempted_stream_that_then_waits_for_a_seat():
     sim = old_call_behind_newcomers(3.0, itl_slo_seconds=2.0)
     # n1 sampled its first token in its prefill (t = 41) and was preempted by n2: due at 43,
@@ -112,3 +133,9 @@ def test_an_inter_token_deadline_promotes_a_preempted_stream_that_then_waits_for
 def test_deadlines_must_be_positive_and_finite(field, value):
     with pytest.raises(ValueError, match=field):
         SchedulerConfig(**{field: value})
+
+
+@pytest.mark.parametrize("value", [0, -5, 10_000_001, 2.5, True])
+def test_a_deadline_in_tokens_is_a_bounded_positive_int(value):
+    with pytest.raises(ValueError, match="ttft_slo_tokens"):
+        SchedulerConfig(ttft_slo_tokens=value)

@@ -110,6 +110,10 @@ def test_a_taken_port_fails_before_the_model_loads(floor, poisoned_dir):
     (["--tensor-parallel-size", "3"], "tensor_parallel_size 3 does not divide the model's "
                                       "num_attention_heads 4"),
     (["--tensor-parallel-size", "0"], "argument --tensor-parallel-size: must be >= 1, got 0"),
+    (["--ttft-slo-tokens", "-1"], "argument --ttft-slo-tokens: must be >= 0, got -1"),
+    (["--ttft-slo-tokens", "20000000"], "engine config: ttft_slo_tokens must be an int in "
+                                        "[1, 10000000] or None, got 20000000"),
+    (["--set", "ttft_slo_tokens=5"], "--set ttft_slo_tokens: it has a flag of its own"),
     (["--device", "cuda", "--tensor-parallel-size", "2"], "--device: cuda with "
                                                           "--tensor-parallel-size 2 needs"),
 ])
@@ -176,6 +180,19 @@ def test_set_and_the_engine_flags_reach_engine_config(tiny_llama_dir):
     assert type(config.scheduler.quantum_base) is float
     assert (options.port, options.http_port, options.served_model_name,
             options.metrics_tenant_label) == (0, 0, "tiny", True)
+
+
+def test_serve_sets_a_first_token_deadline_in_tokens_by_default(tiny_llama_dir):
+    def deadline(*flags: str) -> tuple:
+        args = cli.build_parser().parse_args(["serve", "--model", tiny_llama_dir, *flags])
+        scheduler = engine_config(args, tiny_llama_dir).scheduler
+        return scheduler.ttft_slo_tokens, scheduler.ttft_slo_seconds
+
+    assert EngineConfig().scheduler.ttft_slo_tokens is None  # the library's default: off
+    assert deadline() == (2048, None)
+    assert deadline("--ttft-slo-tokens", "0") == (None, None)
+    assert deadline("--ttft-slo-tokens", "512") == (512, None)
+    assert deadline("--set", "ttft_slo_seconds=0.5") == (2048, 0.5)  # seconds win (scheduler)
 
 
 def test_no_grpc_serves_http_only(tiny_llama_dir):
