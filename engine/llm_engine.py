@@ -162,8 +162,8 @@ class LLMEngine:
         program's service is raised to it (never lowered; booked as floor, see
         ProcessTable.raise_service) before the policy places the call, so a program gets
         the same level on every replica. `ttft_slo_seconds` is the call's first-token
-        deadline (None: the engine's `ttft_slo_seconds`). Everything is validated before
-        anything is recorded."""
+        deadline (None: the engine's, `ttft_slo_seconds` or `ttft_slo_tokens`). Everything
+        is validated before anything is recorded."""
         params = params or SamplingParams()
         if program_service is not None and not (
                 isinstance(program_service, (int, float)) and math.isfinite(program_service)

@@ -58,9 +58,9 @@ class SchedulerConfig:
     `ttft_slo_tokens` (None = off) sets the first-token deadline in the engine's own terms:
     the time it takes to prefill that many tokens at its prefill speed when the call arrives
     (`prefill_tokens_per_second`, measured), so one setting means the same on any hardware
-    (2,048: 0.18 s for Llama-3.1-8B on an A100; `agentix serve`'s default). Like an anti-starvation promotion, a
-    promoted preempted call waits for room; a call promoted for its first token may preempt
-    lower levels to get in.
+    (2,048: 0.18 s for Llama-3.1-8B on an A100; `agentix serve`'s default). Like an
+    anti-starvation promotion, a promoted preempted call waits for room; a call promoted for
+    its first token may preempt lower levels to get in.
 
     `program_service_halflife` (seconds, None = off) decays a program's attained service
     while it is idle between calls (while its tenant is idle, with tenant accounting).
