@@ -32,6 +32,7 @@ from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.loader import ModelInfo
 from engine.sampling_params import SamplingParams
+from scheduler.config import SchedulerConfig
 
 from bench.sim.baselines import BLOCK_SIZE, engine_config_for
 from bench.sim.cost_model import CostModel
@@ -206,13 +207,17 @@ def simulate(trace: Trace, policy: str, preset: str = "a100-80g", model: str = "
 def sim_engine_config(trace: Trace, policy: str, cost: CostModel,
                       engine_overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """The EngineConfig fields of a simulated engine under the baseline `policy`: memory and
-    transfer rates from `cost`, then `engine_overrides` (ValueError for a bad name)."""
+    transfer rates from `cost`, process-table bounds that the trace cannot reach (a replica
+    may hold any number of the trace's programs; the simulator measures scheduling, not
+    admission control), then `engine_overrides` (ValueError for a bad name)."""
     block_size = (engine_overrides or {}).get("block_size", BLOCK_SIZE)
+    programs = max(SchedulerConfig.max_programs, len(trace.programs))
     fields: dict[str, Any] = dict(
         num_kv_blocks=cost.kv_blocks(block_size), num_host_blocks=cost.host_blocks(block_size),
         host_link_bandwidth=cost.gpu.host_link_bandwidth * cost.model.tensor_parallel,
         swap_latency=cost.gpu.per_transfer_latency,
-        prefill_tokens_per_second=cost.prefill_tokens_per_second)
+        prefill_tokens_per_second=cost.prefill_tokens_per_second,
+        max_programs=programs, max_programs_per_tenant=programs)
     config = engine_config_for(policy, engine_overrides, **fields)
     if not config["enable_chunked_prefill"]:
         # vLLM without chunked prefill batches up to the longest prompt in one step.

@@ -7,6 +7,7 @@ from bench.sim.simulate import PromptMaker, simulate
 from bench.sim.trace import Trace, TraceCall, TraceProgram
 from bench.sim.workloads import lats
 from scheduler.plan import ScheduledChunk, SchedulePlan
+from scheduler.process_table import ProgramLimitError
 
 
 class UnitStepCost(CostModel):
@@ -326,3 +327,16 @@ def test_agentix_bench_sim_rejects_bad_arguments(capsys):
     with pytest.raises(SystemExit):
         main(["sim", "--workload", "lats", "--rate", "0"])
     assert "--rate" in capsys.readouterr().err
+
+
+def test_more_live_programs_than_the_engines_tenant_bound_all_run():
+    # 1,200 one-call programs arrive at once, each waiting 5 s before its call: all are live
+    # together, past the engine's default 1,000 per tenant, which the simulator lifts (it
+    # measures scheduling, not admission control); an override still binds
+    trace = Trace(tuple(make_program(f"p{i}", 0.0, make_call("c", 16, 1, delay=5.0))
+                        for i in range(1200)))
+    result = run(trace, "optimized")
+    assert len(result.programs) == 1200
+    assert {p.finish for p in result.programs} == {6.0, 7.0, 8.0, 9.0, 10.0}
+    with pytest.raises(ProgramLimitError, match="max_programs_per_tenant"):
+        run(trace, "optimized", max_programs_per_tenant=1000)
