@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import NoReturn
+from typing import Callable, NoReturn
 
 from scheduler.config import (KV_MEMORY_MODES, PREEMPTION_MODES, SERVE_TTFT_SLO_TOKENS,
                               SchedulerConfig)
@@ -300,18 +300,20 @@ def _add_serve_parser(sub) -> None:
     serve.set_defaults(run=_serve, serve_parser=serve)
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
-    return value
+def _int_at_least(low: int, name: str) -> Callable[[str], int]:
+    """An argparse type: an int >= `low` (argparse names `name` for a non-int)."""
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {text}")
+        return value
+
+    parse.__name__ = name
+    return parse
 
 
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
+_positive_int = _int_at_least(1, "positive int")
+_non_negative_int = _int_at_least(0, "non-negative int")
 
 
 def _add_placement_flags(parser: argparse.ArgumentParser, prefix: str = "") -> None:
