@@ -193,7 +193,9 @@ def _sim(args: argparse.Namespace) -> None:
               f"{m['mean_norm_latency']:.4f}  P95 {m['p95_norm_latency']:.4f}")
     if multi:
         print(f"  prefix cache         {summary['cache_hit_rate']:.1%} of "
-              f"{summary['prompt_tokens']} prompt tokens cached")
+              f"{summary['prompt_tokens']} prompt tokens cached; "
+              f"{summary['program_moves']} of {summary['placements']} calls placed away "
+              "from their program's previous replica")
         for r in summary["per_replica"]:
             print(f"  replica {r['replica']:<12} {r['calls']} calls, cache hit "
                   f"{r['cache_hit_rate']:.1%}, busy {r['busy_seconds']:.1f} s, load tokens "

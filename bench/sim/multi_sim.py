@@ -187,7 +187,9 @@ class MultiDriver(Driver):
         self.call_replica: dict[str, int] = {}
         # program index -> its last prompt and that prompt's block hashes
         self.last_prompt: dict[int, tuple[list[int], tuple[int, ...]]] = {}
+        self.last_replica: dict[int, int] = {}  # live program index -> its last call's replica
         self.decisions = 0
+        self.moves = 0  # calls placed away from their program's previous call's replica
 
     def run(self, trace: Trace, stop: EarlyStop | None = None) -> None:
         self._set_stop(trace, stop)
@@ -241,6 +243,9 @@ class MultiDriver(Driver):
             raise ValueError(f"placement {self.placement.name or type(self.placement).__name__}"
                              f" returned replica {index!r}, not one of 0..{len(loads) - 1}")
         self.decisions += 1
+        if self.last_replica.setdefault(program.index, index) != index:
+            self.moves += 1
+            self.last_replica[program.index] = index
         for replica, load in zip(self.replicas, loads):
             replica.load_max = max(replica.load_max, load.load_tokens)
             replica.load_sum += load.load_tokens
@@ -295,6 +300,7 @@ class MultiDriver(Driver):
         if self._completed(call_id, len(completion.token_ids), now):
             engine_ids = self.engine_ids.pop(program.index)
             self.last_prompt.pop(program.index, None)
+            self.last_replica.pop(program.index, None)
             replica.engine.end_program(engine_ids.pop(index))
             if engine_ids:
                 heapq.heappush(self.events, (now, next(self.seq), program,
@@ -333,7 +339,9 @@ def simulate_replicas(trace: Trace, policy: str, replicas: int = 2,
     KV blocks, scheduler stats except its rates, which are averaged); `end_time` the latest
     replica clock. `extra` holds `replicas`, `placement`, `cache_hit_rate` (prompt tokens
     the prefix caches served over all prompt tokens, from the calls' usage), `prompt_tokens`,
-    `cached_tokens` and `per_replica` (`ReplicaFigures.to_dict()` each). Raises like
+    `cached_tokens`, `placements` (calls placed), `program_moves` (calls placed on another
+    replica than their program's previous call) and `per_replica` (`ReplicaFigures.to_dict()`
+    each). Raises like
     `simulate()` (ValueError for bad arguments, RuntimeError when stuck, integrity errors).
     `stop`: end early, as `simulate()` does (`bench.sim.simulate.EarlyStop`). `kv_events`: the
     replicas report their prefix caches (`kvcache.cache_events`), which placement then uses
@@ -406,4 +414,5 @@ def _result(policy: str, cost: CostModel, pool: Sequence[_Replica], driver: Mult
                "placement": placement.name or type(placement).__name__,
                "cache_hit_rate": cached_tokens / prompt_tokens if prompt_tokens else 0.0,
                "prompt_tokens": prompt_tokens, "cached_tokens": cached_tokens,
+               "program_moves": driver.moves, "placements": driver.decisions,
                "per_replica": [f.to_dict() for f in figures]})
