@@ -26,8 +26,10 @@ Programs: a replica `start_program`s a program the first time one of its calls l
 and the program is ended on every replica it used when its last call finishes: at once on
 that call's replica, on the others by an event at that time (so each replica ends it at its
 own time, never before). A program's finish is its last call's finish, on whichever replica.
-Each replica's program sees only the service it got on that replica (its own process table);
-the router sends a global service value instead (not modelled here). A replica expires a
+The driver keeps the router's global accounting (`server.router.programs.RouterPrograms`,
+the replicas' policy folding each finished call's service into its program) and sends each
+call with its program's global service (`program_service`), as a router does: a program
+that moves to another replica keeps its priority there. A replica expires a
 program that idled there for `program_ttl` while its calls ran elsewhere; a later call there
 opens it anew under a new id (`P~N`). The router, which keeps a program's id, starts it there
 again only if the replica lets the id be reused, and otherwise bars that replica for the
@@ -53,6 +55,9 @@ from engine.llm_engine import LLMEngine
 from engine.stats import EngineStats
 from kvcache.cache_events import CacheView
 from kvcache.prefix_hash import hash_block
+from scheduler.policies import make_policy
+from scheduler.process_table import CallRecord
+from server.router.programs import RouterPrograms
 from scheduler.placement import (DEFAULT_CUTOFF, DEFAULT_PLACEMENT, CallOutcome, Placement,
                                  PlacementRequest, ReplicaLoad, make_placement)
 
@@ -190,6 +195,11 @@ class MultiDriver(Driver):
         self.last_replica: dict[int, int] = {}  # live program index -> its last call's replica
         self.decisions = 0
         self.moves = 0  # calls placed away from their program's previous call's replica
+        # The router's global accounting (server/router/programs.py): each call carries its
+        # program's service folded over every replica, as a real router sends it.
+        engine = replicas[0].engine
+        self.router = RouterPrograms(engine.config.scheduler, make_policy(engine.config.policy))
+        self.router_calls: dict[str, CallRecord] = {}
 
     def run(self, trace: Trace, stop: EarlyStop | None = None) -> None:
         self._set_stop(trace, stop)
@@ -213,6 +223,9 @@ class MultiDriver(Driver):
                         replica.clock.jump_to(t)
                         replica.stalled = False
                 if item is None:
+                    trace_program = program.trace
+                    self.router.start(t, trace_program.program_id, trace_program.program_id,
+                                      None, trace_program.workload)
                     self._open(program)
                 elif isinstance(item, _EndOn):
                     for index, engine_id in item.replicas:
@@ -261,7 +274,11 @@ class MultiDriver(Driver):
             engine_id = engine_ids[index] = replica.engine.start_program(
                 name, oracle_work=self._oracle_work(program),
                 program_class=program.trace.workload)
-        replica.engine.add_call(engine_id, prompt, self._params(call.output_len), call_id=key)
+        record, service = self.router.begin_call(t, program.trace.program_id, key, None,
+                                                 len(prompt))
+        self.router_calls[key] = record
+        replica.engine.add_call(engine_id, prompt, self._params(call.output_len), call_id=key,
+                                program_service=service)
         replica.calls += 1
         self.by_call_id[key] = (program, call)
         self.requests[key] = request
@@ -297,7 +314,10 @@ class MultiDriver(Driver):
                                                     replica.engine.num_running))
         program = self.by_call_id[call_id][0]
         now = replica.clock.now
+        self.router.finish_call(now, self.router_calls.pop(call_id), completion.service_seconds,
+                                completion.queue_seconds, len(completion.token_ids))
         if self._completed(call_id, len(completion.token_ids), now):
+            self.router.end(now, program.trace.program_id, failed=False)
             engine_ids = self.engine_ids.pop(program.index)
             self.last_prompt.pop(program.index, None)
             self.last_replica.pop(program.index, None)

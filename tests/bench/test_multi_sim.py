@@ -414,3 +414,33 @@ def test_a_program_that_expired_on_a_replica_it_left_is_opened_there_again():
     assert sorted(result.call_finish) == ["P/c1", "P/c2", "P/c3", "Q/long"]
     assert {record.program_id for record in result.programs} == {"P", "Q"}
     assert [r["calls"] for r in result.extra["per_replica"]] == [3, 1]
+
+
+def test_each_call_carries_its_programs_service_over_every_replica(monkeypatch):
+    """As a router does: a program's calls alternate between two replicas (round robin), and
+    each is sent with the service its earlier calls got on both (PLAS sums it), so a replica
+    raises the program to it instead of seeing only its own share."""
+    sent, served = [], {}
+    add, pop = LLMEngine.add_call, LLMEngine.pop_completion
+
+    def add_call(engine, program_id, prompt, params=None, **kw):
+        sent.append((kw["call_id"], kw["program_service"]))
+        return add(engine, program_id, prompt, params, **kw)
+
+    def pop_completion(engine, call_id):
+        completion = pop(engine, call_id)
+        served[call_id] = completion.service_seconds
+        return completion
+
+    monkeypatch.setattr(LLMEngine, "add_call", add_call)
+    monkeypatch.setattr(LLMEngine, "pop_completion", pop_completion)
+    program = make_program("P", 0.0, make_call("c0", output_len=2),
+                           make_call("c1", output_len=3, parents=["c0"]),
+                           make_call("c2", output_len=1, parents=["c1"]))
+    placement = Recording(LocalRoundRobin())
+    result = unit_run(Trace((program,)), 2, placement, policy="plas")
+    assert [replica for _, replica, _ in placement.decisions] == [0, 1, 0]
+    assert served["P/c0"] > 0 and served["P/c1"] > 0
+    assert sent == [("P/c0", 0.0), ("P/c1", served["P/c0"]),
+                    ("P/c2", served["P/c0"] + served["P/c1"])]
+    assert result.extra["program_moves"] == 2
