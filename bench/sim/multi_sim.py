@@ -26,7 +26,7 @@ Programs: a replica `start_program`s a program the first time one of its calls l
 and the program is ended on every replica it used when its last call finishes: at once on
 that call's replica, on the others by an event at that time (so each replica ends it at its
 own time, never before). A program's finish is its last call's finish, on whichever replica.
-The driver keeps the router's global accounting (`server.router.programs.RouterPrograms`,
+The driver keeps the router's global accounting (`scheduler.program_fold.ProgramFold`,
 the replicas' policy folding each finished call's service into its program) and sends each
 call with its program's global service (`program_service`), as a router does: a program
 that moves to another replica keeps its priority there. A replica expires a
@@ -57,7 +57,7 @@ from kvcache.cache_events import CacheView
 from kvcache.prefix_hash import hash_block
 from scheduler.policies import make_policy
 from scheduler.process_table import CallRecord
-from server.router.programs import RouterPrograms
+from scheduler.program_fold import ProgramFold
 from scheduler.placement import (DEFAULT_CUTOFF, DEFAULT_PLACEMENT, CallOutcome, Placement,
                                  PlacementRequest, ReplicaLoad, make_placement)
 
@@ -195,10 +195,10 @@ class MultiDriver(Driver):
         self.last_replica: dict[int, int] = {}  # live program index -> its last call's replica
         self.decisions = 0
         self.moves = 0  # calls placed away from their program's previous call's replica
-        # The router's global accounting (server/router/programs.py): each call carries its
+        # The router's global accounting (scheduler/program_fold.py): each call carries its
         # program's service folded over every replica, as a real router sends it.
         engine = replicas[0].engine
-        self.router = RouterPrograms(engine.config.scheduler, make_policy(engine.config.policy))
+        self.router = ProgramFold(engine.config.scheduler, make_policy(engine.config.policy))
         self.router_calls: dict[str, CallRecord] = {}
 
     def run(self, trace: Trace, stop: EarlyStop | None = None) -> None:
@@ -224,8 +224,8 @@ class MultiDriver(Driver):
                         replica.stalled = False
                 if item is None:
                     trace_program = program.trace
-                    self.router.start(t, trace_program.program_id, trace_program.program_id,
-                                      None, trace_program.workload)
+                    self.router.start(t, trace_program.program_id, None,
+                                      trace_program.workload)
                     self._open(program)
                 elif isinstance(item, _EndOn):
                     for index, engine_id in item.replicas:
@@ -317,7 +317,7 @@ class MultiDriver(Driver):
         self.router.finish_call(now, self.router_calls.pop(call_id), completion.service_seconds,
                                 completion.queue_seconds, len(completion.token_ids))
         if self._completed(call_id, len(completion.token_ids), now):
-            self.router.end(now, program.trace.program_id, failed=False)
+            self.router.end(now, program.trace.program_id)
             engine_ids = self.engine_ids.pop(program.index)
             self.last_prompt.pop(program.index, None)
             self.last_replica.pop(program.index, None)

@@ -1,9 +1,10 @@
 """RouterPrograms: the router's global accounting of programs, over every replica.
 
-The records are a `scheduler.process_table.ProcessTable` (the same table an engine keeps:
-service, wait, external time, call and token counts, TTL expiry, tenant accounting and the
-program caps), and a finished call is folded into its program by the replicas' own
-scheduling policy (`Policy.complete`, e.g. PLAS sums, ATLAS keeps the critical path
+The records and their fold are `scheduler.program_fold.ProgramFold`'s: a
+`scheduler.process_table.ProcessTable` (the same table an engine keeps: service, wait,
+external time, call and token counts, TTL expiry, tenant accounting and the program caps),
+and a finished call is folded into its program by the replicas' own scheduling policy
+(`Policy.complete`, e.g. PLAS sums, ATLAS keeps the critical path
 `max(service, start value + call service)`), from the call's `usage.service_seconds` and
 `usage.queue_seconds` as the replica reported them. So the value the router sends with a
 call (`program_priority`, the record's `service` when the call arrives) is what a single
@@ -25,7 +26,8 @@ from dataclasses import dataclass, field
 
 from scheduler.config import SchedulerConfig
 from scheduler.policies import POLICIES, Policy, make_policy
-from scheduler.process_table import CallRecord, ProcessTable, ProgramRecord
+from scheduler.process_table import CallRecord, ProgramRecord
+from scheduler.program_fold import ProgramFold
 
 
 @dataclass
@@ -45,54 +47,29 @@ def policy_for(name: str) -> Policy:
     return make_policy(name) if name in POLICIES else Policy()
 
 
-class RouterPrograms:
-    """The router's program records (one asyncio loop owns it: no locks)."""
+class RouterPrograms(ProgramFold):
+    """The router's program records (one asyncio loop owns it: no locks): the fold of
+    `ProgramFold`, and where each program lives."""
 
     def __init__(self, config: SchedulerConfig | None = None, policy: Policy | None = None
                  ) -> None:
-        config = config or SchedulerConfig()
-        self.table = ProcessTable(config.program_ttl, config.tenant_halflife,
-                                  config.program_service_halflife, config.max_programs,
-                                  config.max_programs_per_tenant, config.max_tenants)
-        self.policy = policy or Policy()
+        super().__init__(config, policy)
         self.routed: dict[str, Routed] = {}
 
     def start(self, now: float, program_id: str, outer_id: str, tenant: str | None,
               program_class: str | None = None) -> None:
         """A new active program (ProgramExistsError, ProgramLimitError as the table says);
         its record keeps `program_class`, which the replicas get when it starts there."""
-        self.table.start(now, program_id, tenant, program_class=program_class)
+        super().start(now, program_id, tenant, program_class)
         self.routed[program_id] = Routed(outer_id, tenant)
 
     def get(self, program_id: str) -> ProgramRecord:
         """The live record (UnknownProgramError for an unknown or ended id)."""
         return self.table.get(program_id)
 
-    def begin_call(self, now: float, program_id: str, call_id: str, thread_id: str | None,
-                   prompt_tokens: int) -> tuple[CallRecord, float]:
-        """Count a call arriving (`program_id` must be active): returns its record and the
-        priority value to send with it (the program's service after the table's floors and
-        decay), which is also the call's start value for the fold."""
-        record = CallRecord(call_id, program_id, thread_id, now)
-        self.table.add_call(record, prompt_tokens)
-        program = self.table.get(program_id)
-        record.start_value = self.policy.start_value(program)
-        return record, program.service
-
     def placed(self, program_id: str, replica: int) -> None:
         if program_id in self.table:
             self.table.get(program_id).engine = replica
-
-    def finish_call(self, now: float, record: CallRecord, service: float, wait: float,
-                    generated_tokens: int) -> None:
-        """Fold a call that ended with a final message (any finish reason) into its program
-        (nothing if the program has ended meanwhile)."""
-        if record.program_id not in self.table:
-            return
-        record.total_service = record.service = service
-        record.total_wait = record.wait = wait
-        self.policy.complete(self.table.get(record.program_id), record)
-        self.table.complete_call(record, now, generated_tokens)
 
     def drop_call(self, now: float, record: CallRecord, prompt_tokens: int,
                   counted: bool) -> None:
@@ -108,7 +85,7 @@ class RouterPrograms:
 
     def end(self, now: float, program_id: str, failed: bool) -> ProgramRecord:
         """End the program (its final record; again for a recently ended one)."""
-        record = self.table.end(program_id, failed, now)
+        record = super().end(now, program_id, failed)
         self.routed.pop(program_id, None)
         return record
 

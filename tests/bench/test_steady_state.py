@@ -192,7 +192,7 @@ def measured_view(result, ids):
 @pytest.mark.parametrize("replicas", [0, 2])
 def test_early_stop_gives_the_measured_programs_bit_identical_results(replicas):
     trace = busy_trace()
-    ids = frozenset(f"p{i}" for i in range(4, 12))
+    ids = frozenset(f"p{i}" for i in range(8))
     overrides = {"max_num_seqs": 4}
 
     def run(stop=None):
