@@ -43,8 +43,9 @@ PLACEMENTS = MappingProxyType({p.name: p for p in (
 PlacementSpec = str | type[Placement]
 
 # What the router and the multi-engine simulator use when none is named: the queue-priced
-# placement, the best or within 1% of the best wherever measured (bench/RESULTS.md, "The
-# queue-priced placement").
+# placement, the best when replicas differ, behind prefix_aware at the edge of capacity when
+# they are alike (bench/RESULTS.md, "The queue-priced placement", "Session 12: why agentix
+# loses on mixed").
 DEFAULT_PLACEMENT = "agentix"
 
 

@@ -36,10 +36,12 @@ replicas as `pinned` does, and 0.007 on mixed, where the prefix a replica holds 
 A number fixes the weight (at 1 new programs go by load, which costs mixed 17% of its mean).
 Programs count as new until a call of theirs is placed, and again after `program_ended`.
 
-Measured (bench/RESULTS.md, "The queue-priced placement", "Coding at four replicas" and
-"Session 9: the memory term by default"): the defaults (0, 0.02, 1, auto) tie or beat
-`prefix_aware` on ShareGPT and mixed (1% behind on a LATS burst) and beat it clearly when one
-replica is slow or the contexts are long; on coding they tie `pinned`, the best other there.
+Measured (bench/RESULTS.md, "The queue-priced placement", "Coding at four replicas",
+"Session 11: the placements inside their brackets" and "Session 12: why agentix loses on
+mixed"): the defaults (0, 0.02, 1, auto) beat `prefix_aware` clearly when one replica is slow
+or the contexts are long, and tie `pinned` on coding; at steady state with alike replicas they
+lose to `prefix_aware` at the edge of capacity on ShareGPT and by at least one rate step on
+mixed, where they move 19% of the calls (LATS siblings) and `prefix_aware` moves none.
 `load_weight` 0.05 with `queue_weight` 0 and `memory_weight` and `new_program_weight` 0 is the
 earlier rule. Ties: fewer load tokens, then the lowest index.
 O(#block_hashes + #replicas * log #block_hashes) per call, amortized.
