@@ -55,11 +55,11 @@ from engine.llm_engine import LLMEngine
 from engine.stats import EngineStats
 from kvcache.cache_events import CacheView
 from kvcache.prefix_hash import hash_block
+from scheduler.placement import (DEFAULT_CUTOFF, DEFAULT_PLACEMENT, CallOutcome, Placement,
+                                 PlacementRequest, ReplicaLoad, make_placement)
 from scheduler.policies import make_policy
 from scheduler.process_table import CallRecord
 from scheduler.program_fold import ProgramFold
-from scheduler.placement import (DEFAULT_CUTOFF, DEFAULT_PLACEMENT, CallOutcome, Placement,
-                                 PlacementRequest, ReplicaLoad, make_placement)
 
 from bench.sim.cost_model import CostModel
 from bench.sim.sim_executor import SimulatedExecutor, VirtualClock, is_speed
@@ -198,8 +198,9 @@ class MultiDriver(Driver):
         # The router's global accounting (scheduler/program_fold.py): each call carries its
         # program's service folded over every replica, as a real router sends it.
         engine = replicas[0].engine
-        self.router = ProgramFold(engine.config.scheduler, make_policy(engine.config.policy))
-        self.router_calls: dict[str, CallRecord] = {}
+        self.global_programs = ProgramFold(engine.config.scheduler,
+                                           make_policy(engine.config.policy))
+        self.global_calls: dict[str, CallRecord] = {}
 
     def run(self, trace: Trace, stop: EarlyStop | None = None) -> None:
         self._set_stop(trace, stop)
@@ -224,8 +225,8 @@ class MultiDriver(Driver):
                         replica.stalled = False
                 if item is None:
                     trace_program = program.trace
-                    self.router.start(t, trace_program.program_id, None,
-                                      trace_program.workload)
+                    self.global_programs.start(t, trace_program.program_id, None,
+                                               trace_program.workload)
                     self._open(program)
                 elif isinstance(item, _EndOn):
                     for index, engine_id in item.replicas:
@@ -274,9 +275,9 @@ class MultiDriver(Driver):
             engine_id = engine_ids[index] = replica.engine.start_program(
                 name, oracle_work=self._oracle_work(program),
                 program_class=program.trace.workload)
-        record, service = self.router.begin_call(t, program.trace.program_id, key, None,
-                                                 len(prompt))
-        self.router_calls[key] = record
+        record, service = self.global_programs.begin_call(t, program.trace.program_id, key,
+                                                          None, len(prompt))
+        self.global_calls[key] = record
         replica.engine.add_call(engine_id, prompt, self._params(call.output_len), call_id=key,
                                 program_service=service)
         replica.calls += 1
@@ -314,10 +315,11 @@ class MultiDriver(Driver):
                                                     replica.engine.num_running))
         program = self.by_call_id[call_id][0]
         now = replica.clock.now
-        self.router.finish_call(now, self.router_calls.pop(call_id), completion.service_seconds,
-                                completion.queue_seconds, len(completion.token_ids))
+        self.global_programs.finish_call(now, self.global_calls.pop(call_id),
+                                         completion.service_seconds, completion.queue_seconds,
+                                         len(completion.token_ids))
         if self._completed(call_id, len(completion.token_ids), now):
-            self.router.end(now, program.trace.program_id)
+            self.global_programs.end(now, program.trace.program_id)
             engine_ids = self.engine_ids.pop(program.index)
             self.last_prompt.pop(program.index, None)
             self.last_replica.pop(program.index, None)

@@ -169,7 +169,8 @@ def test_a_program_split_over_replicas_finishes_with_its_last_call_and_ends_ever
                                   "P/c4": 6.0}
     (record,) = result.programs
     assert record.finish == 6.0 and record.generated_tokens == 1 + 2 + 3 + 4 + 1
-    # root r0 -> b0 r1 (a move), b1 r2, b2 r0, c4 r1: each call leaves the previous one's
+    # Each call after the root lands on another replica than the program's call placed
+    # before it: four moves in five placements.
     assert (result.extra["program_moves"], result.extra["placements"]) == (4, 5)
     assert len({engine for engine, _ in checked}) == 3  # every replica's engine checked
     assert [active for _, active in checked] == [0, 0, 0]  # and the program ended on each
