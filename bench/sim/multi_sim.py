@@ -224,9 +224,6 @@ class MultiDriver(Driver):
                         replica.clock.jump_to(t)
                         replica.stalled = False
                 if item is None:
-                    trace_program = program.trace
-                    self.global_programs.start(t, trace_program.program_id, None,
-                                               trace_program.workload)
                     self._open(program)
                 elif isinstance(item, _EndOn):
                     for index, engine_id in item.replicas:
@@ -244,6 +241,13 @@ class MultiDriver(Driver):
             else:
                 return
 
+    def _open(self, program: _Program) -> None:
+        """Start the program's global record (at its arrival, this event's time), then set up
+        its calls as `Driver._open` does."""
+        trace = program.trace
+        self.global_programs.start(trace.arrival, trace.program_id, None, trace.workload)
+        super()._open(program)
+
     def _place(self, t: float, program: _Program, call: TraceCall) -> None:
         key = f"{program.trace.program_id}/{call.call_id}"
         prompt = self.prompts.prompt(program.index, call, program.trace)
@@ -257,9 +261,10 @@ class MultiDriver(Driver):
             raise ValueError(f"placement {self.placement.name or type(self.placement).__name__}"
                              f" returned replica {index!r}, not one of 0..{len(loads) - 1}")
         self.decisions += 1
-        if self.last_replica.setdefault(program.index, index) != index:
+        previous = self.last_replica.get(program.index)
+        if previous is not None and previous != index:
             self.moves += 1
-            self.last_replica[program.index] = index
+        self.last_replica[program.index] = index
         for replica, load in zip(self.replicas, loads):
             replica.load_max = max(replica.load_max, load.load_tokens)
             replica.load_sum += load.load_tokens
