@@ -3,7 +3,7 @@ one place they are registered.
 
 | policy | a call goes to |
 | --- | --- |
-| agentix | the least expected work before its first token: queued prefill + its own after the hit |
+| agentix | first call: the least expected work before its first token (queued prefill + its own after the hit); later: its history |
 | cutoff | prompt <= cutoff (2,048): the least-loaded replica; longer: its program's pin |
 | round_robin | the next healthy replica by index, in turn |
 | least_loaded | the replica with the fewest `load_tokens` |
@@ -43,9 +43,9 @@ PLACEMENTS = MappingProxyType({p.name: p for p in (
 PlacementSpec = str | type[Placement]
 
 # What the router and the multi-engine simulator use when none is named: the queue-priced
-# placement, the best when replicas differ, behind prefix_aware at the edge of capacity when
-# they are alike (bench/RESULTS.md, "The queue-priced placement", "Session 12: why agentix
-# loses on mixed").
+# placement, the best when replicas differ, prefix_aware's capacity when they are alike
+# (bench/RESULTS.md, "The queue-priced placement", "Session 13: later calls follow their
+# history").
 DEFAULT_PLACEMENT = "agentix"
 
 
@@ -79,7 +79,7 @@ def make_placement(name: PlacementSpec, cutoff: int | str = DEFAULT_CUTOFF,
     is used by `cutoff` only, validated for every policy; with "auto", `options` are the
     `AdaptiveCutoff` keywords. Other policies take the options their class lists in
     `options` (`prefix_aware`: blocks_per_replica, max_load_gap; `agentix`: load_weight,
-    queue_weight, memory_weight, new_program_weight).
+    queue_weight, memory_weight, new_program_weight, move_weight).
     ValueError names a bad
     name, cutoff or option.
     """

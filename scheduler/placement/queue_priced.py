@@ -1,31 +1,37 @@
-"""agentix, the queue-priced placement (the default): the replica where the call's first
-token is expected soonest, priced in tokens.
+"""agentix, the queue-priced placement (the default): a program's first call goes where its
+first token is expected soonest, priced in tokens; its later calls follow their history.
 
 For each healthy replica, the work that would pass before the call's first token there:
 
     cost = (load_weight [+ new_program_weight for a program's first call]) * load_tokens
-           + queue_weight * waiting_tokens
            + (prompt_tokens - expected hit tokens)
-           + memory_weight * max(0, load_tokens + that prefill - KV capacity in tokens)
+           + [move_weight for a later call] * (
+                 queue_weight * waiting_tokens
+                 + memory_weight * max(0, load_tokens + that prefill - KV capacity in tokens))
 
-The third term is the call's own prefill after its prefix-cache hit there: from the replica's
-KV events when it reports them (`ReplicaLoad.cached`), else from the block hashes the router
-sent to each replica (`SentBlocks`, as `prefix_aware` keeps them). A program's history lives
-where its earlier calls went, so its next call's hit is largest there. The queue term is the
-prefill queued ahead of it (`waiting_tokens`: queued calls' tokens still to compute, counted
-before their own prefix hits, so an over-estimate); running calls' KV (`load_tokens`) slows a
-replica's steps only a little, so the default prices it at 0. A call moves away from its
-history (the program follows it) only when the queue it would wait behind is worth more than
-recomputing that history elsewhere, at 1 / `queue_weight` (50) queued tokens per token of
-prefill: moving wastes the history's prefill and adds it to another replica's queue, so it
-must pay for itself many times over.
+The prefill term is the call's own prefill after its prefix-cache hit there: from the
+replica's KV events when it reports them (`ReplicaLoad.cached`), else from the block hashes
+the router sent to each replica (`SentBlocks`, as `prefix_aware` keeps them). A program's
+history lives where its earlier calls went, so its next call's hit is largest there. The
+queue term is the prefill queued ahead of it (`waiting_tokens`: queued calls' tokens still
+to compute, counted before their own prefix hits, so an over-estimate), at 1 / `queue_weight`
+(50) queued tokens per token of prefill; running calls' KV (`load_tokens`) slows a replica's
+steps only a little, so the default prices it at 0. The memory term (`memory_weight`, default
+1) prices what a replica cannot hold: the tokens its running and queued calls and this
+call's prefill would need beyond its KV cache, which it must evict and recompute; it is 0 on a
+replica with room, and moves new programs away from a replica whose contexts overflow it (the
+coding workload, whose shared system prompt otherwise keeps every program on the replicas
+that hold it: RESULTS, "Coding at four replicas").
 
-The last term (`memory_weight`, default 1) prices what a replica cannot hold: the tokens
-its running and queued calls and this call's prefill would need beyond its KV cache, which
-it must evict and recompute. It is 0 on a replica with room, so it changes nothing until
-memory is short; then it moves new programs away from a replica whose contexts overflow it
-(the coding workload, whose shared system prompt otherwise keeps every program on the
-replicas that hold it: RESULTS, "Coding at four replicas").
+`move_weight` (default 0) scales the queue and memory terms for the calls of a program that
+already has a call placed. At 0 a later call goes where its prefill after the hit is least,
+which is where its history is (as `prefix_aware`); ties, such as a history evicted everywhere,
+go to fewer load tokens. At 1 a later call leaves its history when the queue or the memory
+shortage in front of it is worth more than recomputing it elsewhere (the rule before session
+13): at the edge of capacity with alike replicas every such move lost, because a move wastes
+the history's prefill and adds it to another replica's queue, and the queue term over-states
+the queue of LATS trees' queued siblings (RESULTS, "Session 12: why agentix loses on mixed",
+"Session 13: later calls follow their history").
 
 `new_program_weight` (default `auto`) adds a weight to `load_weight` for a program's first
 call, whose replica is where its KV will grow. `auto` makes it what programs grow to: the
@@ -36,12 +42,10 @@ replicas as `pinned` does, and 0.007 on mixed, where the prefix a replica holds 
 A number fixes the weight (at 1 new programs go by load, which costs mixed 17% of its mean).
 Programs count as new until a call of theirs is placed, and again after `program_ended`.
 
-Measured (bench/RESULTS.md, "The queue-priced placement", "Coding at four replicas",
-"Session 11: the placements inside their brackets" and "Session 12: why agentix loses on
-mixed"): the defaults (0, 0.02, 1, auto) beat `prefix_aware` clearly when one replica is slow
-or the contexts are long, and tie `pinned` on coding; at steady state with alike replicas they
-lose to `prefix_aware` at the edge of capacity on ShareGPT and by at least one rate step on
-mixed, where they move 19% of the calls (LATS siblings) and `prefix_aware` moves none.
+Measured (bench/RESULTS.md, "Session 13: later calls follow their history"): at steady state
+on four alike replicas the defaults (0, 0.02, 1, auto, 0) hold `prefix_aware`'s capacity on
+mixed, ShareGPT and LATS and `pinned`'s on coding; they beat `prefix_aware` when one replica is
+slow or one tenant is hot (finite traces). `move_weight` 1 loses a rate step on mixed.
 `load_weight` 0.05 with `queue_weight` 0 and `memory_weight` and `new_program_weight` 0 is the
 earlier rule. Ties: fewer load tokens, then the lowest index.
 O(#block_hashes + #replicas * log #block_hashes) per call, amortized.
@@ -68,13 +72,16 @@ def _weight(name: str, value: object) -> float:
 
 class QueuePricedPlacement(Placement):
     name = "agentix"
-    options = ("load_weight", "queue_weight", "memory_weight", "new_program_weight")
+    options = ("load_weight", "queue_weight", "memory_weight", "new_program_weight",
+               "move_weight")
 
     def __init__(self, load_weight: float = 0.0, queue_weight: float = 0.02,
-                 memory_weight: float = 1.0, new_program_weight: float | str = AUTO) -> None:
+                 memory_weight: float = 1.0, new_program_weight: float | str = AUTO,
+                 move_weight: float = 0.0) -> None:
         self.load_weight = _weight("load_weight", load_weight)
         self.queue_weight = _weight("queue_weight", queue_weight)
         self.memory_weight = _weight("memory_weight", memory_weight)
+        self.move_weight = _weight("move_weight", move_weight)
         self.new_program_weight = (AUTO if new_program_weight == AUTO
                                    else _weight("new_program_weight", new_program_weight))
         self.sent = SentBlocks()
@@ -87,11 +94,12 @@ class QueuePricedPlacement(Placement):
         prefill = max(0, call.prompt_tokens - hit)
         capacity = load.kv_blocks_total * call.block_size
         overflow = max(0, load.load_tokens + prefill - capacity)
-        load_weight = self.load_weight
-        if call.program_id not in self.peaks:
-            load_weight += self._new_program_weight(capacity)
-        return (load_weight * load.load_tokens + self.queue_weight * load.waiting_tokens
-                + prefill + self.memory_weight * overflow)
+        new = call.program_id not in self.peaks
+        load_weight = self.load_weight + (self._new_program_weight(capacity) if new else 0.0)
+        busy_weight = 1.0 if new else self.move_weight
+        return (load_weight * load.load_tokens + prefill
+                + busy_weight * (self.queue_weight * load.waiting_tokens
+                                 + self.memory_weight * overflow))
 
     def _new_program_weight(self, capacity: int) -> float:
         """The weight, or with `auto` the mean largest prompt of the last PEAK_WINDOW ended

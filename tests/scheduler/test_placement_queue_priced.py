@@ -74,26 +74,29 @@ def test_a_lost_replica_forgets_what_was_sent_there():
     assert cost.cost(call("p", 10), loads(0, 0)[0]) == 160
 
 
-def test_by_default_only_queued_tokens_count_at_one_fiftieth():
+def test_by_default_a_first_call_prices_queued_tokens_at_one_fiftieth_and_later_calls_stay():
     cost = make_placement("agentix")
     assert (cost.load_weight, cost.queue_weight, cost.memory_weight,
-            cost.new_program_weight) == (0.0, 0.02, 1.0, "auto")
+            cost.new_program_weight, cost.move_weight) == (0.0, 0.02, 1.0, "auto", 0.0)
     assert cost.place(call("p", 10), loads(0, 0)) == 0         # 160 tokens sent to 0
     # Running KV is not priced while it fits: 10,000 running tokens on 0 do not move the
     # call (1,000 blocks of 16 hold them).
     busy = [ReplicaLoad(0, running_tokens=10_000, kv_blocks_total=1000),
             ReplicaLoad(1, kv_blocks_total=1000)]
     assert cost.cost(call("p", 12), busy[0]) == 32
-    assert cost.place(call("p", 12), busy) == 0
-    # Queued tokens are, at 0.02 a token. 14 blocks, 12 cached on 0: 1,000 queued there
-    # cost 20 + 32 = 52 against 224 on 1 (stays); 10,000 cost 200 + 32 = 232 (moves).
-    assert cost.cost(call("p", 14), loads(1000, 0)[0]) == pytest.approx(52)
-    assert cost.cost(call("p", 14), loads(1000, 0)[1]) == 224
-    assert cost.place(call("p", 14), loads(10_000, 0, kv_blocks=1000)) == 1
+    assert cost.place(call("p", 12), busy) == 0               # 12 blocks now sent to 0
+    # A later call of p does not price the queue: 10,000 queued tokens on 0 leave it there.
+    assert cost.cost(call("p", 14), loads(10_000, 0)[0]) == 32
+    assert cost.place(call("p", 14), loads(10_000, 0, kv_blocks=1000)) == 0
+    # A first call does, at 0.02 a token. Program q's 16 blocks, 14 cached on 0: 1,000
+    # queued there cost 20 + 32 = 52 against 256 on 1; 20,000 cost 400 + 32 = 432 (it goes).
+    assert cost.cost(call("q", 16), loads(1000, 0)[0]) == pytest.approx(52)
+    assert cost.cost(call("q", 16), loads(1000, 0)[1]) == 256
+    assert cost.place(call("q", 16), loads(20_000, 0, kv_blocks=2000)) == 1
 
 
 @pytest.mark.parametrize("name", ["load_weight", "queue_weight", "memory_weight",
-                                  "new_program_weight"])
+                                  "new_program_weight", "move_weight"])
 @pytest.mark.parametrize("bad", [-1, True, "x", float("nan")])
 def test_a_bad_weight_is_refused(name, bad):
     with pytest.raises(ValueError, match=f"agentix: {name} must be a number >= 0"):
@@ -103,10 +106,10 @@ def test_a_bad_weight_is_refused(name, bad):
 def test_memory_weight_prices_only_what_a_replica_cannot_hold():
     """kv_blocks_total 100 (1,600 tokens of 16): replica 0 holds the program's history (10
     blocks) but its calls already need 1,500 tokens; 1 is empty. Without the memory term
-    the history wins; with it, 0 pays for the 1,500 + 32 - 1,600 < 0 overflow only once the
-    load passes capacity."""
-    plain = QueuePricedPlacement(queue_weight=0, memory_weight=0)
-    sized = QueuePricedPlacement(queue_weight=0)  # memory_weight 1, the default
+    the history wins; with it (and move_weight 1, so a later call pays it), 0 pays for the
+    1,500 + 32 - 1,600 < 0 overflow only once the load passes capacity."""
+    plain = QueuePricedPlacement(queue_weight=0, memory_weight=0, move_weight=1)
+    sized = QueuePricedPlacement(queue_weight=0, move_weight=1)  # memory_weight 1, the default
     for placement in (plain, sized):
         assert placement.place(call("p", 10), loads(0, 0)) == 0
     assert sized.cost(call("p", 12), loads(1500, 0)[0]) == 32  # fits: no term
@@ -151,3 +154,24 @@ def test_the_auto_new_program_weight_is_the_mean_ended_peak_over_the_kv_capacity
     assert auto.cost(call("b", 10), busy[0]) == pytest.approx(200)
     assert auto.place(call("b", 10), busy) == 1
     assert auto.cost(call("b", 10), busy[0]) == 0  # no longer new
+
+
+def test_move_weight_scales_the_queue_and_memory_terms_for_a_placed_programs_calls():
+    """Replica 0 holds program p's 10 blocks and has 10,000 queued tokens (of 1,600 it can
+    hold); 1 is empty. A later call of p (12 blocks) costs on 0: 32 of prefill + move_weight
+    x (0.02 x 10,000 queued + 10,000 + 32 - 1,600 overflow), against 192 of prefill on 1. A
+    first call (program q, whose 10 blocks are p's, all cached on 0) pays the terms in full
+    whatever move_weight is."""
+    placements = {weight: QueuePricedPlacement(move_weight=weight) for weight in (1.0, 0.5, 0)}
+    for placement in placements.values():
+        assert placement.place(call("p", 10), loads(0, 0)) == 0
+    busy = loads(10_000, 0)
+    terms = 0.02 * 10_000 + (10_000 + 32 - 1600)
+    for weight, placement in placements.items():
+        assert placement.cost(call("p", 12), busy[0]) == pytest.approx(32 + weight * terms)
+        assert placement.cost(call("p", 12), busy[1]) == 192
+        assert placement.cost(call("q", 10), busy[0]) == pytest.approx(
+            0.02 * 10_000 + (10_000 - 1600))
+    assert placements[1.0].place(call("p", 12), busy) == 1
+    assert placements[0].place(call("p", 12), busy) == 0      # follows its history
+    assert placements[0].place(call("q", 10), busy) == 1      # a new program does not
