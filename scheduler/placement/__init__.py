@@ -43,9 +43,9 @@ PLACEMENTS = MappingProxyType({p.name: p for p in (
 PlacementSpec = str | type[Placement]
 
 # What the router and the multi-engine simulator use when none is named: the queue-priced
-# placement, the best when replicas differ, prefix_aware's capacity when they are alike
-# (bench/RESULTS.md, "The queue-priced placement", "Session 13: later calls follow their
-# history").
+# placement, the best when replicas differ; when they are alike it ties prefix_aware's
+# capacity but on mixed, a rate step behind (bench/RESULTS.md, "The queue-priced placement",
+# "Session 13: later calls follow their history").
 DEFAULT_PLACEMENT = "agentix"
 
 
