@@ -274,8 +274,10 @@ class LLMEngine:
             for chunk, scored in zip(plan.chunks, result.prompt_logprobs):
                 chunk.call.prompt_logprobs.extend(scored)
         sampled = self.scheduler.update(plan, result.tokens, now, result.swap_seconds)
-        self.counters.swap_out_bytes += len(plan.swap_out) * self.kv_spec.bytes_per_block
-        self.counters.swap_in_bytes += len(plan.swap_in) * self.kv_spec.bytes_per_block
+        if plan.swap_out or plan.swap_in:
+            block_bytes = self.kv_spec.bytes_per_block
+            self.counters.swap_out_bytes += len(plan.swap_out) * block_bytes
+            self.counters.swap_in_bytes += len(plan.swap_in) * block_bytes
         self.counters.generation_tokens += len(sampled)
         outputs = []
         for item in sampled:

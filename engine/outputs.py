@@ -7,9 +7,11 @@ from dataclasses import dataclass
 from engine.logprobs import TokenLogprob
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class StepOutput:
-    """Tokens one call produced in one engine step (with their logprobs when it asked)."""
+    """Tokens one call produced in one engine step (with their logprobs when it asked).
+    Read-only once made (not frozen only because a frozen dataclass is slow to build, and
+    the engine builds one per sampled token)."""
 
     call_id: str
     new_token_ids: list[int]

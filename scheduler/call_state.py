@@ -53,24 +53,14 @@ class SchedulableCall(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(slots=True)
 class SampledToken:
     """A token `Scheduler.update` appended to `call`. When the call ended with it,
-    `finish_reason` says why and `record` is its final CallRecord (service, wait)."""
+    `finish_reason` says why and `record` is its final CallRecord (service, wait). Read-only
+    once made (not frozen only because a frozen dataclass is slow to build, and one is built
+    per sampled token)."""
 
     call: SchedulableCall
     token: int
     finish_reason: str | None = None
     record: CallRecord | None = None
-
-    def __init__(self, call: SchedulableCall, token: int, finish_reason: str | None = None,
-                 record: CallRecord | None = None) -> None:
-        # What the generated __init__ of a frozen dataclass does, less a lookup per field
-        # (one of these is built per sampled token).
-        _set_field(self, "call", call)
-        _set_field(self, "token", token)
-        _set_field(self, "finish_reason", finish_reason)
-        _set_field(self, "record", record)
-
-
-_set_field = object.__setattr__  # how a frozen dataclass sets its fields
