@@ -155,6 +155,7 @@ def _sim(args: argparse.Namespace) -> None:
         "preset": result.preset,
         "model": result.model, **metrics.to_dict(),
         "ttft_p50_s": result.ttft_percentile(50), "ttft_p99_s": result.ttft_percentile(99),
+        "itl_p50_s": result.itl_percentile(50), "itl_p99_s": result.itl_percentile(99),
         "num_calls": len(result.call_finish), "num_steps": result.num_steps,
         "num_tokens_computed": result.num_tokens_computed,
         "prefill_tokens_computed": result.prefill_tokens_computed,
@@ -182,6 +183,8 @@ def _sim(args: argparse.Namespace) -> None:
           f"({metrics.generated_tokens} tokens, makespan {metrics.makespan_s:.1f} s)")
     print(f"  time to first token  P50 {summary['ttft_p50_s']:.3f} s  "
           f"P99 {summary['ttft_p99_s']:.3f} s (per call)")
+    print(f"  inter-token gap      P50 {summary['itl_p50_s']:.4f} s  "
+          f"P99 {summary['itl_p99_s']:.4f} s (per token, to within 1%)")
     print(f"  engine               {result.num_steps} steps, {result.num_tokens_computed} "
           f"tokens computed ({result.prefill_tokens_computed} prefill), "
           f"{result.num_preemptions} preemptions, {result.num_swap_outs} swap-outs "

@@ -115,13 +115,13 @@ def steady_points_table(runs: Sequence[SteadyPoint]) -> str:
     """Markdown, one row per run (seeds, then policies in first-run order, rates ascending):
     the window in seconds, programs measured and finished, normalized latency mean / P95 /
     P99 ("overloaded" for an overloaded point), the mean of each half of them by arrival, the
-    verdict with the backlog growth (a fraction of the window's programs), TTFT P50 / P99 of
-    the measured programs' calls, simulation wall time."""
+    verdict with the backlog growth (a fraction of the window's programs), TTFT P50 / P99 and
+    the P99 inter-token gap of the measured programs' calls, simulation wall time."""
     seeds = {seed: i for i, seed in enumerate(_seeds(runs))}
     policies = {policy: i for i, policy in enumerate(_policies(runs))}
     header = ["seed", "policy", "rate (programs/s)", "window (s)", "measured", "done",
               "mean / P95 / P99 (s/token)", "halves (s/token)", "verdict", "TTFT P50 / P99 (s)",
-              "sim seconds"]
+              "ITL P99 (s)", "sim seconds"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
     for run in sorted(runs, key=lambda r: (seeds[r.seed], policies[r.point.policy],
                                            r.point.rate)):
@@ -133,7 +133,8 @@ def steady_points_table(runs: Sequence[SteadyPoint]) -> str:
         row = [str(run.seed), p.policy, f"{p.rate:.3g}",
                f"[{run.window.start:.1f}, {run.window.end:.1f})", str(run.measured),
                str(p.programs_completed), latency, halves, _verdict_cell(run),
-               f"{p.ttft_p50_s:.3f} / {p.ttft_p99_s:.3f}", f"{p.sim_wall_seconds:.1f}"]
+               f"{p.ttft_p50_s:.3f} / {p.ttft_p99_s:.3f}", f"{p.itl_p99_s:.4f}",
+               f"{p.sim_wall_seconds:.1f}"]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
 

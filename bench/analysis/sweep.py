@@ -54,6 +54,7 @@ class SweepPoint:
     num_preemptions: int
     sim_wall_seconds: float
     overloaded: bool = False
+    itl_p99_s: float = 0.0  # the measured calls' inter-token gaps (0: no gap)
 
     def to_dict(self) -> dict[str, float | int | str]:
         return asdict(self)
@@ -119,7 +120,8 @@ def simulate_trace(trace: Trace, policy: str, preset: str, model: str, multi: di
 def summarize(workload: str, policy: str, rate: float, result: SimResult, num_programs: int,
               measured: Collection[str] | None = None, overloaded: bool = False) -> SweepPoint:
     """The `SweepPoint` of `result`, a run of `num_programs` programs: latencies, throughput
-    and TTFTs over the programs in `measured` (ids; default: all), counters over the run."""
+    TTFTs and inter-token gaps over the programs in `measured` (ids; default: all),
+    counters over the run."""
     programs = result.programs if measured is None else [
         p for p in result.programs if p.program_id in measured]
     m = compute_metrics(programs)
@@ -132,7 +134,7 @@ def summarize(workload: str, policy: str, rate: float, result: SimResult, num_pr
         ttft_p99_s=result.ttft_percentile(99, measured),
         prefill_tokens_computed=result.prefill_tokens_computed,
         num_preemptions=result.num_preemptions, sim_wall_seconds=result.wall_seconds,
-        overloaded=overloaded)
+        overloaded=overloaded, itl_p99_s=result.itl_percentile(99, measured))
 
 
 def latency_target(workload: str, preset: str = "a100-80g", model: str = "llama-3.1-8b",

@@ -427,7 +427,7 @@ def _result(policy: str, cost: CostModel, pool: Sequence[_Replica], driver: Mult
     return SimResult(
         policy=policy, preset=cost.gpu.name, model=cost.model.name, programs=driver.results,
         call_finish=driver.call_finish, call_start=driver.call_start,
-        call_first_token=driver.call_first_token,
+        call_first_token=driver.call_first_token, token_gaps=driver.token_gaps,
         num_steps=sum(e.num_steps for e in executors),
         num_tokens_computed=sum(e.num_tokens_computed for e in executors),
         num_rounds=int(stats["num_rounds"]), num_preemptions=int(stats["num_preemptions"]),

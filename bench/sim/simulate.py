@@ -9,7 +9,7 @@ labelled with its workload as its `program_class` (what an agent framework can s
 programs; only the `gittins` policy uses it). When the engine has nothing to run the clock
 jumps to the next event instead of stepping. Per call it records when the call was added,
 when `engine.step()` returned its first token (the call's time to first token is the
-difference) and when it finished.
+difference), the gaps between its later tokens (`bench.sim.token_gaps`) and when it finished.
 
 A run may stop early (`EarlyStop`): once a given set of programs has finished, once the clock
 passes a deadline, or when a watcher of the backlog says so. Up to that point it is the same
@@ -38,6 +38,7 @@ from bench.sim.baselines import BLOCK_SIZE, engine_config_for
 from bench.sim.cost_model import CostModel
 from bench.sim.metrics import percentile
 from bench.sim.sim_executor import SimulatedExecutor, VirtualClock
+from bench.sim.token_gaps import TokenGaps
 from bench.sim.trace import Trace, TraceCall, TraceProgram
 
 _FIRST_TOKEN = 100  # made-up prompt ids start here (clear of special tokens)
@@ -70,6 +71,7 @@ class SimResult:
     call_finish: dict[str, float] = field(default_factory=dict)
     call_start: dict[str, float] = field(default_factory=dict)  # when it was added
     call_first_token: dict[str, float] = field(default_factory=dict)  # its first token back
+    token_gaps: TokenGaps = field(default_factory=TokenGaps)  # between a call's tokens
     num_steps: int = 0
     num_tokens_computed: int = 0  # prefill + decode tokens the executor ran
     num_rounds: int = 0
@@ -103,6 +105,13 @@ class SimResult:
             t - self.call_start[key] for key, t in self.call_first_token.items()
             if key.partition("/")[0] in programs]
         return percentile(ttfts, q) if ttfts else 0.0
+
+    def itl_percentile(self, q: float, programs: Collection[str] | None = None) -> float:
+        """The q-th percentile (0..100) of the inter-token gaps of every call, or of the calls
+        of `programs` (`TokenGaps.percentile`: to within 1%, never below); 0 without a gap."""
+        calls = None if programs is None else [
+            key for key in self.token_gaps.bins if key.partition("/")[0] in programs]
+        return self.token_gaps.percentile(q, calls)
 
     @property
     def prefill_tokens_computed(self) -> int:
@@ -258,7 +267,8 @@ def run_result(policy: str, preset: str, model: str, engine: LLMEngine,
     return SimResult(
         policy=policy, preset=preset, model=model, programs=driver.results,
         call_finish=driver.call_finish, call_start=driver.call_start,
-        call_first_token=driver.call_first_token, num_steps=executor.num_steps,
+        call_first_token=driver.call_first_token, token_gaps=driver.token_gaps,
+        num_steps=executor.num_steps,
         num_tokens_computed=executor.num_tokens_computed, num_rounds=int(stats["num_rounds"]),
         num_preemptions=int(stats["num_preemptions"]),
         num_swap_outs=int(stats["preemptions_swap"]),
@@ -270,7 +280,7 @@ def run_result(policy: str, preset: str, model: str, engine: LLMEngine,
 class Driver:
     """The event loop: arrivals and ready calls in a heap keyed by virtual time; per call the
     time it was added (`call_start`), its first token came back (`call_first_token`) and it
-    finished (`call_finish`). With an `EarlyStop` the loop checks it before each round (an
+    finished (`call_finish`), and the gaps between its tokens (`token_gaps`). With an `EarlyStop` the loop checks it before each round (an
     event handled or a step run) and returns once it is due."""
 
     def __init__(self, engine: LLMEngine, clock: VirtualClock, cost: CostModel,
@@ -284,6 +294,7 @@ class Driver:
         self.call_finish: dict[str, float] = {}
         self.call_start: dict[str, float] = {}
         self.call_first_token: dict[str, float] = {}
+        self.token_gaps = TokenGaps()
         self.params: dict[int, SamplingParams] = {}
         self.stop: EarlyStop | None = None
         self.stop_waits_for: set[str] = set()  # programs of `stop` not finished yet
@@ -332,13 +343,17 @@ class Driver:
             or (stop.watch is not None and stop.watch(now, self.in_system)))
 
     def _step(self, engine: LLMEngine, clock: VirtualClock) -> bool:
-        """One `engine.step()`: record first tokens, hand finished calls to `_finished`.
+        """One `engine.step()`: record first tokens and token gaps, hand finished calls to
+        `_finished`.
         False when nothing could run (the executor ran no step)."""
         steps_before = engine.executor.num_steps
-        for out in engine.step():
-            if out.new_token_ids:
-                self.call_first_token.setdefault(out.call_id, clock.now)
+        outputs = engine.step()
+        now, gaps = clock.now, self.token_gaps
+        for out in outputs:
+            if out.new_token_ids and gaps.token(out.call_id, now):
+                self.call_first_token[out.call_id] = now
             if out.finished:
+                gaps.finished(out.call_id)
                 self._finished(out.call_id)
         return engine.executor.num_steps != steps_before
 

@@ -137,6 +137,10 @@ def test_a_recompute_counts_its_prompt_and_generated_kv_as_prefill():
     # A: 16 + 19 decodes; B: 16, then 16 + 1 recomputed, then 18 decodes.
     assert result.num_tokens_computed == 35 + 16 + 17 + 18
     assert result.prefill_tokens_computed == 16 + 16 + 16  # the first token's KV is a decode
+    # Gaps: A's 19 of 1 s; B's 20 s while dropped (token 1 at 1, token 2 at 21), then 18 of 1.
+    assert result.itl_percentile(50) == result.itl_percentile(99, {"A"}) == 1.01
+    assert 20.0 <= result.itl_percentile(99) < 20.0 * 1.01  # the 38th of 38 gaps
+    assert result.itl_percentile(97) == 1.01  # the 37th
 
 
 def test_prefix_cache_hits_are_not_prefill():

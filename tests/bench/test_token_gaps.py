@@ -1,0 +1,60 @@
+"""TokenGaps: inter-token gaps per call, in 1% bins, read as nearest-rank percentiles."""
+
+import math
+import random
+
+import pytest
+
+from bench.sim.token_gaps import RATIO, TokenGaps
+
+
+def exact_nearest_rank(values, q):
+    ordered = sorted(values)
+    return ordered[max(1, math.ceil(q / 100 * len(ordered))) - 1]
+
+
+def test_a_calls_first_token_is_no_gap_and_later_ones_are():
+    gaps = TokenGaps()
+    assert gaps.token("P/a", 1.0) is True
+    assert gaps.token("P/a", 3.0) is False
+    assert gaps.token("P/a", 3.5) is False
+    assert gaps.token("Q/b", 2.0) is True
+    assert sum(gaps.bins["P/a"].values()) == 2 and "Q/b" not in gaps.bins
+    assert gaps.percentile(50) == RATIO ** (math.floor(math.log(0.5) / math.log(RATIO)) + 1)
+    assert 2.0 <= gaps.percentile(100) < 2.0 * RATIO
+
+
+def test_a_finished_call_is_forgotten_but_its_gaps_stay():
+    gaps = TokenGaps()
+    gaps.token("P/a", 0.0)
+    gaps.token("P/a", 1.0)
+    gaps.finished("P/a")
+    assert gaps.token("P/a", 5.0) is True  # an id used again starts over: no 4 s gap
+    assert gaps.percentile(100) == RATIO  # the one gap of 1 s
+
+
+def test_percentiles_of_chosen_calls_and_without_gaps():
+    gaps = TokenGaps()
+    for t in (0.0, 0.1, 0.2):
+        gaps.token("A/x", t)
+    for t in (0.0, 4.0):
+        gaps.token("B/y", t)
+    assert 4.0 <= gaps.percentile(99, ["B/y"]) < 4.0 * RATIO
+    assert 0.1 <= gaps.percentile(99, ["A/x"]) < 0.1 * RATIO
+    assert gaps.percentile(99, ["C/z"]) == 0.0 and TokenGaps().percentile(50) == 0.0
+    with pytest.raises(ValueError, match="q must be in"):
+        gaps.percentile(101)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_percentile_is_never_below_the_exact_one_nor_1_percent_above(seed):
+    rng = random.Random(seed)
+    gaps, values, now = TokenGaps(), [], 0.0
+    gaps.token("P/c", now)
+    for _ in range(2_000):
+        before, now = now, now + rng.lognormvariate(-3, 1.5)
+        values.append(now - before)
+        gaps.token("P/c", now)
+    for q in (1, 50, 90, 99, 100):
+        exact = exact_nearest_rank(values, q)
+        assert exact * (1 - 1e-12) <= gaps.percentile(q) <= exact * RATIO * (1 + 1e-12)
