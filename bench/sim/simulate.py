@@ -349,9 +349,9 @@ class Driver:
         steps_before = engine.executor.num_steps
         outputs = engine.step()
         now, gaps = clock.now, self.token_gaps
+        for call_id in gaps.tokens([out.call_id for out in outputs if out.new_token_ids], now):
+            self.call_first_token[call_id] = now
         for out in outputs:
-            if out.new_token_ids and gaps.token(out.call_id, now):
-                self.call_first_token[out.call_id] = now
             if out.finished:
                 gaps.finished(out.call_id)
                 self._finished(out.call_id)

@@ -30,19 +30,26 @@ class TokenGaps:
     bins: dict[str, dict[int, int]] = field(default_factory=dict)  # call -> bin -> gaps
     last: dict[str, float] = field(default_factory=dict)  # live call -> its last token's time
 
-    def token(self, call_id: str, now: float) -> bool:
-        """Record that a token of `call_id` came back at `now` (times never go back); True
-        when it is the call's first token (no gap yet)."""
-        last = self.last.get(call_id)
-        self.last[call_id] = now
-        if last is None:
-            return True
-        b = math.floor(math.log(max(now - last, _SMALLEST)) / _LOG_RATIO)
-        counts = self.bins.get(call_id)
-        if counts is None:
-            counts = self.bins[call_id] = {}
-        counts[b] = counts.get(b, 0) + 1
-        return False
+    def tokens(self, call_ids: Iterable[str], now: float) -> list[str]:
+        """Record that a token of each of `call_ids` came back at `now` (one step's; times
+        never go back); returns those for which it is the first token (no gap yet), in
+        order."""
+        last_of, bins, firsts = self.last, self.bins, []
+        binned_last, b = None, 0  # calls that ran in the same step share their gap's bin
+        for call_id in call_ids:
+            last = last_of.get(call_id)
+            last_of[call_id] = now
+            if last is None:
+                firsts.append(call_id)
+                continue
+            if last != binned_last:
+                binned_last = last
+                b = math.floor(math.log(max(now - last, _SMALLEST)) / _LOG_RATIO)
+            counts = bins.get(call_id)
+            if counts is None:
+                counts = bins[call_id] = {}
+            counts[b] = counts.get(b, 0) + 1
+        return firsts
 
     def finished(self, call_id: str) -> None:
         """The call is over: forget when its last token came (its bins stay)."""
