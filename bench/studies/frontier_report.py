@@ -95,21 +95,29 @@ def _mean(row: FrontierRow) -> str:
     return f"{row.mean:.4f}" if row.steady else "overloaded"
 
 
+def steady_seeds(rows: Sequence[FrontierRow]) -> list[int]:
+    """The seeds on which every variant ran steady, in first-row order."""
+    seeds = dict.fromkeys(row.seed for row in rows)
+    return [seed for seed in seeds if all(r.steady for r in rows if r.seed == seed)]
+
+
 def seed_means(rows: Sequence[FrontierRow]) -> dict[str, tuple[float, float, float]]:
-    """Per variant steady on every seed it ran: the mean over seeds of (mean latency, TTFT
-    P99, ITL P99), in first-row order."""
+    """Per variant, in first-row order: the mean over `steady_seeds` of (mean latency, TTFT
+    P99, ITL P99); empty without such a seed."""
+    seeds = set(steady_seeds(rows))
     by_variant: dict[str, list[FrontierRow]] = {}
     for row in rows:
-        by_variant.setdefault(row.variant, []).append(row)
+        if row.seed in seeds:
+            by_variant.setdefault(row.variant, []).append(row)
     return {name: (statistics.fmean(r.mean for r in own),
                    statistics.fmean(r.ttft_p99 for r in own),
                    statistics.fmean(r.itl_p99 for r in own))
-            for name, own in by_variant.items() if all(r.steady for r in own)}
+            for name, own in by_variant.items()}
 
 
 def plot_frontier(rows: Sequence[FrontierRow], default: str, path: Path, title: str) -> None:
-    """PNG, two panels: TTFT P99 and ITL P99 (log) against mean normalized latency, one
-    labelled point per variant steady on every seed (the mean over seeds)."""
+    """PNG, two panels: TTFT P99 (log) and ITL P99 against mean normalized latency, one
+    labelled point per variant (`seed_means`)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -126,7 +134,8 @@ def plot_frontier(rows: Sequence[FrontierRow], default: str, path: Path, title: 
                         markersize=style[2], linestyle="none")
                 ax.annotate(name, (figures[0], figures[index]), fontsize=7,
                             textcoords="offset points", xytext=(4, 3))
-            ax.set_yscale("log")
+            if index == 1:
+                ax.set_yscale("log")
             ax.set_xlabel("mean normalized latency (s/token)")
             ax.set_ylabel(label)
             ax.grid(True, which="both", alpha=0.3)
@@ -143,6 +152,7 @@ def write_frontier(rows: Sequence[FrontierRow], workload: str, rate: float,
     out.mkdir(parents=True, exist_ok=True)
     md_path = out / f"frontier_{workload}.md"
     overloaded = sorted({row.variant for row in rows if not row.steady})
+    seeds_text = ", ".join(map(str, steady_seeds(rows))) or "none"
     parts = [f"# Latency frontier: {workload} at {rate:g} programs/s", "", "```", command,
              "```", "",
              f"Steady state (`bench.analysis.steady_state`): warm-up {config.warmup_programs} "
@@ -151,11 +161,11 @@ def write_frontier(rows: Sequence[FrontierRow], workload: str, rate: float,
              "their TTFT and gaps over the finished programs' calls only.", "",
              frontier_table(rows),
              *verdict_lines(rows, default), "",
-             f"The plot (`frontier_{workload}.png`) shows each variant steady on every seed, "
-             "at its mean over seeds; overloaded on some seed: "
+             f"The plot (`frontier_{workload}.png`) shows each variant at its mean over the "
+             f"seeds on which every variant is steady ({seeds_text}); overloaded on some seed: "
              + (", ".join(overloaded) if overloaded else "none") + "."]
     md_path.write_text("\n".join(parts) + "\n")
     plot_frontier(rows, default, out / f"frontier_{workload}.png",
-                  f"{workload} at {rate:g}/s, steady state: first token and stream against "
-                  "mean latency")
+                  f"{workload} at {rate:g}/s, steady state, mean over seeds {seeds_text}: "
+                  "first token and stream against mean latency")
     return md_path

@@ -5,7 +5,8 @@ import json
 import pytest
 
 from bench.studies import latency_frontier
-from bench.studies.frontier_report import FrontierRow, against_baseline, seed_means
+from bench.studies.frontier_report import (FrontierRow, against_baseline, seed_means,
+                                           steady_seeds)
 
 
 def row(variant="gittins-ttft2048", seed=0, steady=True, mean=0.04, ttft=0.5, itl=0.03):
@@ -26,11 +27,15 @@ def test_the_default_is_beyond_the_baseline_only_when_at_or_below_it_on_all_thre
     assert against_baseline(row(steady=False), mlfq) == "no: the default is overloaded"
 
 
-def test_the_plot_shows_seed_means_of_variants_steady_on_every_seed():
-    rows = [row("a", 0, mean=0.02, ttft=1.0, itl=0.01), row("a", 1, mean=0.04, ttft=3.0,
-                                                            itl=0.03),
-            row("b", 0), row("b", 1, steady=False)]
-    assert seed_means(rows) == {"a": (pytest.approx(0.03), 2.0, 0.02)}
+def test_the_plot_shows_means_over_the_seeds_where_every_variant_is_steady():
+    rows = [row("a", 0, mean=0.02, ttft=1.0, itl=0.01), row("b", 0, mean=0.05),
+            row("a", 1, mean=0.04, ttft=3.0, itl=0.03), row("b", 1, steady=False),
+            row("a", 2, mean=0.06, ttft=5.0, itl=0.05), row("b", 2, mean=0.07, ttft=1.0,
+                                                            itl=0.02)]
+    assert steady_seeds(rows) == [0, 2]
+    assert seed_means(rows) == {"a": pytest.approx((0.04, 3.0, 0.03)),
+                                "b": pytest.approx((0.06, 0.75, 0.025))}
+    assert seed_means([row("b", 1, steady=False)]) == {}
 
 
 def test_a_small_run_writes_its_rows_table_and_plot(tmp_path):
