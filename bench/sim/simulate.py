@@ -280,8 +280,9 @@ def run_result(policy: str, preset: str, model: str, engine: LLMEngine,
 class Driver:
     """The event loop: arrivals and ready calls in a heap keyed by virtual time; per call the
     time it was added (`call_start`), its first token came back (`call_first_token`) and it
-    finished (`call_finish`), and the gaps between its tokens (`token_gaps`). With an `EarlyStop` the loop checks it before each round (an
-    event handled or a step run) and returns once it is due."""
+    finished (`call_finish`), and the gaps between its tokens (`token_gaps`). With an
+    `EarlyStop` the loop checks it before each round (an event handled or a step run) and
+    returns once it is due."""
 
     def __init__(self, engine: LLMEngine, clock: VirtualClock, cost: CostModel,
                  prompts: PromptMaker, use_oracle: bool) -> None:
@@ -344,8 +345,7 @@ class Driver:
 
     def _step(self, engine: LLMEngine, clock: VirtualClock) -> bool:
         """One `engine.step()`: record first tokens and token gaps, hand finished calls to
-        `_finished`.
-        False when nothing could run (the executor ran no step)."""
+        `_finished`. False when nothing could run (the executor ran no step)."""
         steps_before = engine.executor.num_steps
         outputs = engine.step()
         now, gaps = clock.now, self.token_gaps
