@@ -42,12 +42,13 @@ replicas as `pinned` does, and 0.007 on mixed, where the prefix a replica holds 
 A number fixes the weight (at 1 new programs go by load, which costs mixed 17% of its mean).
 Programs count as new until a call of theirs is placed, and again after `program_ended`.
 
-Measured (bench/RESULTS.md, "Session 13: later calls follow their history"): at steady state
-on four alike replicas the defaults (0, 0.02, 1, auto, 0) hold `prefix_aware`'s capacity on
-ShareGPT and LATS and `pinned`'s on coding (1.2% behind its mean); on mixed they gain a rate
-step over `move_weight` 1 but, on one seed of two, stay one step (11.4/s) behind
-`prefix_aware`. They beat `prefix_aware` when one replica is slow or one tenant is hot
-(finite traces).
+Measured (bench/RESULTS.md, "Session 13: later calls follow their history", "Session 14:
+mixed on three seeds"): at steady state on four alike replicas the defaults (0, 0.02, 1,
+auto, 0) hold `prefix_aware`'s capacity on ShareGPT and LATS and `pinned`'s on coding (1.2%
+behind its mean); on mixed they gain a rate step over `move_weight` 1 and hold
+`prefix_aware`'s capacity on the median of three seeds, one step (11.4/s) behind it on one
+seed and 1% behind on the mean. They beat `prefix_aware` when one replica is slow or one
+tenant is hot (finite traces).
 `load_weight` 0.05 with `queue_weight` 0 and `memory_weight` and `new_program_weight` 0 is the
 earlier rule. Ties: fewer load tokens, then the lowest index.
 O(#block_hashes + #replicas * log #block_hashes) per call, amortized.
