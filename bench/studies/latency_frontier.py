@@ -27,6 +27,7 @@ from tqdm import tqdm
 from bench.analysis.steady_state import (DEFAULT_TAIL_PROGRAMS, DEFAULT_WARMUP_PROGRAMS,
                                          DEFAULT_WINDOW_PROGRAMS, SteadyConfig, TracePrefixes,
                                          run_steady_point)
+from bench.sim.workloads import WORKLOADS
 from bench.studies.frontier_report import FrontierRow, write_frontier
 from server.config_flags import name_list, positive_float
 
@@ -76,7 +77,7 @@ def run_frontier(workload: str, rate: float, seeds: Sequence[int], variants: Seq
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.studies.latency_frontier",
                                      description=__doc__.split("\n\n")[1])
-    parser.add_argument("--workload", required=True)
+    parser.add_argument("--workload", choices=WORKLOADS, required=True)
     parser.add_argument("--rate", type=positive_float, required=True)
     parser.add_argument("--seeds", type=lambda text: [int(s) for s in text.split(",")],
                         default=[0], help="comma-separated (default 0)")
@@ -89,7 +90,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
-    config = SteadyConfig(args.warmup_programs, args.window_programs, args.tail_programs)
+    try:
+        config = SteadyConfig(args.warmup_programs, args.window_programs, args.tail_programs)
+    except ValueError as exc:
+        parser.error(str(exc))
     rows = run_frontier(args.workload, args.rate, args.seeds, args.variants, config,
                         progress=not args.no_progress)
     command = "python -m bench.studies.latency_frontier " + shlex.join(

@@ -52,8 +52,15 @@ def test_a_small_run_writes_its_rows_table_and_plot(tmp_path):
     assert (tmp_path / "frontier_bfcl.png").stat().st_size > 0
 
 
-def test_an_unknown_variant_is_refused_by_name(capsys):
+def test_an_unknown_variant_or_workload_or_a_bad_window_is_refused_by_name(capsys):
     with pytest.raises(SystemExit):
         latency_frontier.main(["--workload", "bfcl", "--rate", "1", "--variants", "fifo",
                                "--out", "/tmp/unused"])
     assert "variants must be a comma-separated list" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        latency_frontier.main(["--workload", "chess", "--rate", "1", "--out", "/tmp/unused"])
+    assert "invalid choice: 'chess'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        latency_frontier.main(["--workload", "bfcl", "--rate", "1", "--warmup-programs", "-1",
+                               "--out", "/tmp/unused"])
+    assert "warmup_programs: must be >= 0" in capsys.readouterr().err
