@@ -24,7 +24,7 @@ import itertools
 import math
 import time
 import zlib
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -102,15 +102,14 @@ class SimResult:
         (program ids; a call key's program is the part before its first "/"); 0 without a
         call."""
         ttfts = self.ttfts if programs is None else [
-            t - self.call_start[key] for key, t in self.call_first_token.items()
-            if key.partition("/")[0] in programs]
+            self.call_first_token[key] - self.call_start[key]
+            for key in _calls_of(self.call_first_token, programs)]
         return percentile(ttfts, q) if ttfts else 0.0
 
     def itl_percentile(self, q: float, programs: Collection[str] | None = None) -> float:
         """The q-th percentile (0..100) of the inter-token gaps of every call, or of the calls
         of `programs` (`TokenGaps.percentile`: to within 1%, never below); 0 without a gap."""
-        calls = None if programs is None else [
-            key for key in self.token_gaps.bins if key.partition("/")[0] in programs]
+        calls = None if programs is None else _calls_of(self.token_gaps.bins, programs)
         return self.token_gaps.percentile(q, calls)
 
     @property
@@ -121,6 +120,11 @@ class SimResult:
         input it replaces)."""
         generated = sum(p.generated_tokens for p in self.programs)
         return self.num_tokens_computed - (generated - len(self.call_finish))
+
+
+def _calls_of(keys: Iterable[str], programs: Collection[str]) -> list[str]:
+    """The call keys ("program/call") of `programs`, in the order of `keys`."""
+    return [key for key in keys if key.partition("/")[0] in programs]
 
 
 class PromptMaker:

@@ -79,7 +79,7 @@ def frontier_table(rows: Sequence[FrontierRow]) -> str:
 def verdict_lines(rows: Sequence[FrontierRow], default: str) -> list[str]:
     """Per seed with both rows: the default against MLFQ, with their three figures."""
     lines = []
-    for seed in dict.fromkeys(row.seed for row in rows):
+    for seed in _seeds(rows):
         mine = {row.variant: row for row in rows if row.seed == seed}
         if default in mine and BASELINE in mine:
             d, b = mine[default], mine[BASELINE]
@@ -97,8 +97,12 @@ def _mean(row: FrontierRow) -> str:
 
 def steady_seeds(rows: Sequence[FrontierRow]) -> list[int]:
     """The seeds on which every variant ran steady, in first-row order."""
-    seeds = dict.fromkeys(row.seed for row in rows)
-    return [seed for seed in seeds if all(r.steady for r in rows if r.seed == seed)]
+    return [seed for seed in _seeds(rows) if all(r.steady for r in rows if r.seed == seed)]
+
+
+def _seeds(rows: Sequence[FrontierRow]) -> list[int]:
+    """The rows' seeds, each once, in first-row order."""
+    return list(dict.fromkeys(row.seed for row in rows))
 
 
 def seed_means(rows: Sequence[FrontierRow]) -> dict[str, tuple[float, float, float]]:
