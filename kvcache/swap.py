@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
-import kernels
+import agentix_kernels as kernels
 
 
 class BulkSwapper:

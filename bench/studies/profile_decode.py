@@ -23,7 +23,7 @@ from unittest import mock
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-import kernels
+import agentix_kernels as kernels
 from engine.loader import load_model, read_model_dir
 from engine.models.attention import AttentionMetadata
 from engine.models.llama import LlamaForCausalLM

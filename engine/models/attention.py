@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-import kernels
+import agentix_kernels as kernels
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-# The interpreter must be chosen before triton is first imported (`import kernels` does not
+# The interpreter must be chosen before triton is first imported (`import agentix_kernels` does not
 # import it). If something imported triton earlier without it, the Triton tests cannot run here.
 TRITON_TOO_EARLY = (not torch.cuda.is_available() and "triton" in sys.modules
                     and os.environ.get("TRITON_INTERPRET") != "1")

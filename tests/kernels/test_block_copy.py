@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.block_copy import gather_blocks, gather_blocks_ref, scatter_blocks, scatter_blocks_ref
+from agentix_kernels.block_copy import gather_blocks, gather_blocks_ref, scatter_blocks, scatter_blocks_ref
 
 # A small block-major KV cache: [num_blocks, num_layers, 2, block_size, kv_heads, head_dim].
 SHAPE = (9, 2, 2, 16, 2, 16)

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.decode_attention import paged_decode_attention, paged_decode_attention_ref
+from agentix_kernels.decode_attention import paged_decode_attention, paged_decode_attention_ref
 
 # Every pair of (dtype, GQA ratio, block size) values once: the interpreter is slow.
 PAIRWISE = [
@@ -104,7 +104,7 @@ def test_triton_rejects_block_size_not_power_of_two(device, make_paged_kv):
 
 
 def test_a_step_cache_reuses_the_index_across_layers_of_one_layout(make_paged_kv):
-    from kernels.decode_attention import DecodeIndex
+    from agentix_kernels.decode_attention import DecodeIndex
 
     kv = make_paged_kv([1, 5, 0, 17, 40], block_size=16, num_kv_heads=2, head_dim=16,
                        dtype=torch.float32)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels._decode_attention_triton import num_splits  # after conftest chose the interpreter
-from kernels.decode_attention import paged_decode_attention
+from agentix_kernels._decode_attention_triton import num_splits  # after conftest chose the interpreter
+from agentix_kernels.decode_attention import paged_decode_attention
 
 HEAD_DIM = 16
 NUM_KV_HEADS = 2

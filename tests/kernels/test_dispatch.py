@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import kernels
-from kernels import block_copy, decode_attention, prefill_attention, store_kv
+import agentix_kernels as kernels
+from agentix_kernels import block_copy, decode_attention, prefill_attention, store_kv
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,10 +53,10 @@ def test_cuda_tensors_use_the_triton_kernels(monkeypatch):
 
 
 def test_import_without_triton_uses_references():
-    # A CPU-only install may lack triton: `kernels` must import (without importing triton even
+    # A CPU-only install may lack triton: `agentix_kernels` must import (without importing triton even
     # when it is there) and run the references; only a Triton entry point fails, on use.
     code = (
-        "import sys, torch, kernels\n"
+        "import sys, torch, agentix_kernels as kernels\n"
         "assert 'triton' not in sys.modules\n"
         "sys.modules['triton'] = None  # from here on, triton cannot be imported\n"
         "k = torch.zeros(2, 4, 1, 8); row = torch.ones(1, 1, 8)\n"

@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.decode_attention import paged_decode_attention_ref
-from kernels.prefill_attention import paged_prefill_attention, paged_prefill_attention_ref
+from agentix_kernels.decode_attention import paged_decode_attention_ref
+from agentix_kernels.prefill_attention import paged_prefill_attention, paged_prefill_attention_ref
 
 # Every pair of (dtype, GQA ratio, block size) values once: the interpreter is slow.
 PAIRWISE = [

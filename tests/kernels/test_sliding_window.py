@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-import kernels
-from kernels._decode_attention_triton import num_splits  # after conftest chose the interpreter
-from kernels.decode_attention import paged_decode_attention, paged_decode_attention_ref
-from kernels.prefill_attention import paged_prefill_attention, paged_prefill_attention_ref
+import agentix_kernels as kernels
+from agentix_kernels._decode_attention_triton import num_splits  # after conftest chose the interpreter
+from agentix_kernels.decode_attention import paged_decode_attention, paged_decode_attention_ref
+from agentix_kernels.prefill_attention import paged_prefill_attention, paged_prefill_attention_ref
 
 HEAD_DIM = 16
 NUM_KV_HEADS = 2

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.store_kv import store_kvcache, store_kvcache_ref
+from agentix_kernels.store_kv import store_kvcache, store_kvcache_ref
 
 NUM_BLOCKS, NUM_LAYERS, HEAD_DIM = 6, 2, 16
 

@@ -5,7 +5,7 @@ from collections import Counter
 import pytest
 import torch
 
-import kernels
+import agentix_kernels as kernels
 from kvcache import KVCacheManager
 from kvcache.kv_tensor import KVCacheSpec
 from kvcache.swap import BulkSwapper

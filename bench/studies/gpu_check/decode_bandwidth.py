@@ -50,7 +50,7 @@ def paged_inputs(batch: int, context: int, device: torch.device) -> tuple:
 
 
 def measure(batch: int, context: int, device: torch.device, iters: int) -> dict:
-    from kernels.decode_attention import paged_decode_attention, paged_decode_attention_ref
+    from agentix_kernels.decode_attention import paged_decode_attention, paged_decode_attention_ref
 
     inputs = paged_inputs(batch, context, device)
     scale = HEAD_DIM ** -0.5
@@ -78,9 +78,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def resolve(args: argparse.Namespace) -> str:
-    require("kernels.decode_attention:paged_decode_attention",
-            "kernels.decode_attention:paged_decode_attention_ref",
-            "kernels._decode_attention_triton:launch_paged_decode")
+    require("agentix_kernels.decode_attention:paged_decode_attention",
+            "agentix_kernels.decode_attention:paged_decode_attention_ref",
+            "agentix_kernels._decode_attention_triton:launch_paged_decode")
     return "kernels.decode_attention and its Triton kernel import"
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn.functional as F
 
-from kernels.shapes import check_query_and_cache
+from agentix_kernels.shapes import check_query_and_cache
 
 # The reference builds a CSR pattern each call; torch warns once that CSR support is beta.
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
@@ -225,7 +225,7 @@ def paged_decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: 
     out = torch.empty_like(query)
     if query.shape[0] == 0:
         return out
-    from kernels._decode_attention_triton import launch_paged_decode  # imports triton
+    from agentix_kernels._decode_attention_triton import launch_paged_decode  # imports triton
 
     launch_paged_decode(query, k_cache, v_cache, block_tables, context_lens, scale, group, out,
                         window)

@@ -1,4 +1,5 @@
-"""Triton kernel of `kernels.store_kv.store_kvcache` (imported on first use: needs triton)."""
+"""Triton kernel of `agentix_kernels.store_kv.store_kvcache` (imported on first use: needs
+triton)."""
 
 from __future__ import annotations
 

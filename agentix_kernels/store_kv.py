@@ -52,6 +52,6 @@ def store_kvcache(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
     _check(key, value, k_cache, v_cache, slot_mapping)
     if key.shape[0] == 0:
         return
-    from kernels._store_kv_triton import launch_store_kvcache  # imports triton on first use
+    from agentix_kernels._store_kv_triton import launch_store_kvcache  # imports triton on first use
 
     launch_store_kvcache(key, value, k_cache, v_cache, slot_mapping)

@@ -1,5 +1,5 @@
-"""Triton kernels of `kernels.decode_attention.paged_decode_attention` (imported on first use:
-needs triton).
+"""Triton kernels of `agentix_kernels.decode_attention.paged_decode_attention` (imported on
+first use: needs triton).
 
 Grid `(batch, num_kv_heads, splits)`: one program per (sequence, kv head, split) serves all GROUP
 query heads of that kv head at once, so each K/V block is read once per kv head, not once per
@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._paged_tiles_triton import load_kv_tile, native_dot, pv_dot, qk_dot
+from agentix_kernels._paged_tiles_triton import load_kv_tile, native_dot, pv_dot, qk_dot
 
 _LOG2E = 1.4426950408889634
 BLOCKS_PER_SPLIT = 32  # cache blocks per split-K program once a context exceeds one split

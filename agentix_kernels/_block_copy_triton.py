@@ -1,4 +1,4 @@
-"""Triton kernel of `kernels.block_copy` (imported on first use: needs triton)."""
+"""Triton kernel of `agentix_kernels.block_copy` (imported on first use: needs triton)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """Kernels of the paged engine: the one dispatch point.
 
+DESIGN.md's `kernels/`: the package is named `agentix_kernels` because transformers >= 5.25
+depends on Hugging Face's own `kernels` package, which a top-level `kernels` here would shadow.
+
 Each op runs its Triton kernel when all its tensors are on CUDA and its plain-torch reference
 otherwise (CPU, or any mix of devices). Triton is optional: without it every op uses the
 reference, so a CPU-only install works.
@@ -30,11 +33,11 @@ import importlib.util
 
 import torch
 
-from kernels import block_copy, decode_attention, prefill_attention, store_kv
+from agentix_kernels import block_copy, decode_attention, prefill_attention, store_kv
 
-# Whether triton is installed, found without importing it: importing `kernels` never imports
+# Whether triton is installed, found without importing it: importing `agentix_kernels` never imports
 # triton (the Triton modules load on the first CUDA call), so TRITON_INTERPRET may still be set
-# after `import kernels`.
+# after `import agentix_kernels`.
 HAS_TRITON: bool = importlib.util.find_spec("triton") is not None
 
 __all__ = [

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.shapes import check_query_and_cache
+from agentix_kernels.shapes import check_query_and_cache
 
 
 def _check(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -95,7 +95,7 @@ def paged_prefill_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache:
     out = torch.empty_like(query)
     if query.shape[0] == 0 or context_lens.shape[0] == 0:
         return out
-    from kernels._prefill_attention_triton import launch_paged_prefill  # imports triton
+    from agentix_kernels._prefill_attention_triton import launch_paged_prefill  # imports triton
 
     launch_paged_prefill(query, k_cache, v_cache, block_tables, query_start_loc, context_lens,
                          scale, group, out, window)

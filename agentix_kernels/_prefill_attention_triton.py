@@ -1,5 +1,5 @@
-"""Triton kernel of `kernels.prefill_attention.paged_prefill_attention` (imported on first use:
-needs triton)."""
+"""Triton kernel of `agentix_kernels.prefill_attention.paged_prefill_attention` (imported on
+first use: needs triton)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._paged_tiles_triton import load_kv_tile, native_dot, pv_dot, qk_dot
+from agentix_kernels._paged_tiles_triton import load_kv_tile, native_dot, pv_dot, qk_dot
 
 _LOG2E = 1.4426950408889634
 _BLOCK_M = 32  # chunk queries per program

@@ -52,7 +52,7 @@ def _copy_rows(src: torch.Tensor, block_ids: torch.Tensor, dst: torch.Tensor,
         return
     if not (src[0].is_contiguous() and dst[0].is_contiguous()):
         raise ValueError("src and dst must be contiguous along their non-leading dims")
-    from kernels._block_copy_triton import launch_copy_rows  # imports triton on first use
+    from agentix_kernels._block_copy_triton import launch_copy_rows  # imports triton on first use
 
     launch_copy_rows(src, block_ids, dst, gather)
 
