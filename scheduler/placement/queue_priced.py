@@ -21,7 +21,8 @@ steps only a little, so the default prices it at 0. The memory term (`memory_wei
 call's prefill would need beyond its KV cache, which it must evict and recompute; it is 0 on a
 replica with room, and moves new programs away from a replica whose contexts overflow it (the
 coding workload, whose shared system prompt otherwise keeps every program on the replicas
-that hold it: RESULTS, "Coding at four replicas").
+that hold it: RESULTS_ARCHIVE, "Coding at four replicas", measured before the simulator
+kept the router's accounting).
 
 `move_weight` (default 0) scales the queue and memory terms for the calls of a program that
 already has a call placed. At 0 a later call goes where its prefill after the hit is least,
