@@ -27,6 +27,31 @@ def hash_block(parent_hash: int | None, token_ids: Sequence[int]) -> int:
     return int.from_bytes(h.digest(), "little")
 
 
+def shared_chain_hashes(earlier_tokens: Sequence[int], earlier_hashes: Sequence[int],
+                        token_ids: Sequence[int], block_size: int) -> list[int]:
+    """The chain hashes of the leading full blocks `token_ids` shares with `earlier_tokens`,
+    whose first `len(earlier_hashes)` full blocks hashed to `earlier_hashes`: a new list of
+    `earlier_hashes[:k]` for the largest such k (the whole run when the token ids extend the
+    earlier ones, the common case of a program's next call). Token ids are compared, never
+    assumed; the cost is a few C-level list comparisons, no hashing."""
+    n = min(len(earlier_hashes), len(token_ids) // block_size,
+            len(earlier_tokens) // block_size)
+
+    def same(k: int) -> bool:
+        return token_ids[:k * block_size] == earlier_tokens[:k * block_size]
+
+    if same(n):
+        return list(earlier_hashes[:n])
+    shared, differs = 0, n  # the first `shared` blocks are equal; the first `differs` are not
+    while differs - shared > 1:
+        mid = (shared + differs) // 2
+        if same(mid):
+            shared = mid
+        else:
+            differs = mid
+    return list(earlier_hashes[:shared])
+
+
 class BlockHashMemo:
     """A bounded memo of `hash_block` results: (parent hash, block token ids) -> hash.
 

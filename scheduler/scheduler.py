@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from kvcache.manager import KVCacheManager
+from kvcache.prefix_hash import shared_chain_hashes
 from scheduler.call_state import CallStatus, SampledToken, SchedulableCall
 from scheduler.config import SchedulerConfig
 from scheduler.deadlines import DeadlineWatch
@@ -195,6 +196,9 @@ class Scheduler:
         record = CallRecord(call.call_id, program_id, thread_id, now, waiting_since=now,
                             expected_tool_seconds=expected_tool_seconds,
                             ttft_slo=ttft_slo_seconds or self._default_ttft_slo())
+        if program.last_chain is not None:  # its history's hashes, not computed again
+            record.block_hashes = shared_chain_hashes(*program.last_chain, call.all_token_ids,
+                                                      self.kv.block_size)
         gap = self.table.add_call(record, call.num_tokens)  # may decay the program's service
         if gap is not None:
             self.memory.tool_returned(program, gap)
@@ -229,6 +233,8 @@ class Scheduler:
         if record is None:
             return None
         program = self.table.get(record.program_id)
+        if record.block_hashes:
+            program.last_chain = (call.all_token_ids, record.block_hashes)
         rank = self.memory.finished(program, record, self._next_level(program),
                                     self.kv.num_cached_blocks_of(call.call_id), now,
                                     call.all_token_ids, len(self.running) + len(self.queued))

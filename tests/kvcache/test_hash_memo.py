@@ -8,7 +8,7 @@ from test_kv_host_tier import prefill
 
 import kvcache.manager
 from kvcache import KVCacheManager
-from kvcache.prefix_hash import BlockHashMemo, hash_block
+from kvcache.prefix_hash import BlockHashMemo, hash_block, shared_chain_hashes
 
 BLOCK = 4
 
@@ -142,3 +142,30 @@ def test_a_run_lookup_stops_at_the_first_block_whose_tokens_differ():
     assert mgr.pool.lookup_run(hashes[:1] + [7, 8], tokens, 0, 3, BLOCK) == table[:1]
     mgr.free("a")
     mgr.check_integrity()
+
+
+@pytest.mark.parametrize("new_tokens, blocks", [
+    (list(range(100, 113)) + [1, 2, 3, 4], 3),  # extends the history: every hash it has
+    (list(range(100, 108)) + [0] + list(range(109, 113)), 2),  # differs in block 2
+    ([0] + list(range(101, 113)), 0),  # differs in its first token
+    (list(range(100, 106)), 1),  # shorter: its one full block
+    (list(range(100, 113)), 3),  # the same 13 tokens
+])
+def test_shared_chain_hashes_are_the_earlier_calls_up_to_the_first_block_that_differs(
+        new_tokens, blocks):
+    earlier = list(range(100, 113)) + [5, 6, 7]  # 4 full blocks, hashes for 3 of them
+    earlier_hashes = scratch_hashes(earlier)[:3]
+    shared = shared_chain_hashes(earlier, earlier_hashes, new_tokens, BLOCK)
+    assert shared == earlier_hashes[:blocks] == scratch_hashes(new_tokens)[:blocks]
+    shared.append(0)  # a new list: the earlier call's stays as it was
+    assert len(earlier_hashes) == 3
+
+
+def test_every_split_point_is_found():
+    """The search for the first differing block agrees with a block-by-block walk."""
+    rng = random.Random(1)
+    earlier = [rng.randrange(9) for _ in range(40)]
+    hashes = scratch_hashes(earlier)
+    for at in range(len(earlier)):
+        new = earlier[:at] + [99] + earlier[at + 1:]
+        assert shared_chain_hashes(earlier, hashes, new, BLOCK) == hashes[:at // BLOCK]

@@ -1,0 +1,72 @@
+"""A program's next call starts from the chain hashes of its last finished call: the blocks
+its history shares are compared, not hashed again, and the hashes equal those from scratch."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import Sim
+from kvcache.prefix_hash import hash_block
+
+BLOCK = 4
+
+
+def scratch_hashes(tokens: list[int]) -> list[int]:
+    hashes: list[int] = []
+    for start in range(0, len(tokens) - BLOCK + 1, BLOCK):
+        hashes.append(hash_block(hashes[-1] if hashes else None, tokens[start:start + BLOCK]))
+    return hashes
+
+
+@pytest.fixture
+def sim() -> Sim:
+    sim = Sim("fcfs", num_blocks=64, block_size=BLOCK, prefix_caching=True)
+    sim.start("A")
+    return sim
+
+
+def hashed_blocks(sim: Sim, monkeypatch) -> list[tuple[int, ...]]:
+    """The token ids of every block the KV manager chains from here on (memo hits too)."""
+    blocks: list[tuple[int, ...]] = []
+    chain = sim.kv._append_hash
+
+    def counting(hashes: list[int], tokens: tuple[int, ...]) -> None:
+        blocks.append(tokens)
+        chain(hashes, tokens)
+
+    monkeypatch.setattr(sim.kv, "_append_hash", counting)
+    return blocks
+
+
+def test_the_next_call_hashes_only_the_blocks_its_history_does_not_cover(sim, monkeypatch):
+    first = sim.call("A", "a1", 10, 4, token_ids=list(range(100, 110)))
+    sim.run()
+    history = list(first.all_token_ids)  # 10 prompt + 4 generated: 3 full blocks
+    assert sim.scheduler.table.get("A").last_chain[1] == scratch_hashes(history)
+    blocks = hashed_blocks(sim, monkeypatch)
+    tokens = history + [1, 2, 3, 4, 5, 6]  # the tool's result: 20 tokens, 5 full blocks
+    second = sim.call("A", "a2", len(tokens), 4, token_ids=tokens)
+    assert sim.scheduler.records["a2"].block_hashes == scratch_hashes(history)
+    sim.run_clean()
+    everything = second.all_token_ids  # 24 tokens; the last one is never computed
+    assert blocks == [tuple(everything[i:i + BLOCK]) for i in (12, 16)]
+    assert sim.scheduler.table.get("A").last_chain[1] == scratch_hashes(everything)[:5]
+
+
+def test_a_call_that_leaves_the_history_shares_only_the_blocks_before(sim):
+    sim.call("A", "a1", 12, 4, token_ids=list(range(100, 112)))
+    sim.run()
+    sibling = list(range(100, 106)) + [0] * 10  # differs inside block 1
+    sim.call("A", "a2", len(sibling), 2, token_ids=sibling)
+    assert sim.scheduler.records["a2"].block_hashes == scratch_hashes(sibling)[:1]
+    sim.run_clean()
+
+
+def test_an_ended_program_keeps_no_history(sim):
+    sim.call("A", "a1", 8, 4, token_ids=list(range(100, 108)))
+    sim.run()
+    assert sim.scheduler.table.get("A").last_chain is not None
+    record, aborted = sim.scheduler.end_program("A", sim.now)
+    assert aborted == []
+    assert record.last_chain is None
+    sim.scheduler.check_integrity()
