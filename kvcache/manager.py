@@ -118,6 +118,11 @@ class KVCacheManager:
         return self.pool.num_free
 
     @property
+    def num_cacheable_tokens(self) -> int:
+        """Tokens both tiers can hold: usable device blocks and host blocks."""
+        return (self.pool.num_usable + self.host_pool.num_blocks) * self.block_size
+
+    @property
     def num_free_host_blocks(self) -> int:
         return self.host_pool.num_free
 

@@ -15,7 +15,7 @@ import heapq
 import itertools
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable
 
 from scheduler.config import SchedulerConfig
 from scheduler.ids import short
@@ -116,10 +116,6 @@ class ProgramRecord:
     # tenant's service (see ProcessTable), raised at start and at each call arrival.
     floor: float = 0.0
     idle_mark: float = 0.0  # its tenant's idle clock when its last call completed
-    # The token ids and chain hashes of its last finished call, which its next call's hashes
-    # start from (`kvcache.prefix_hash.shared_chain_hashes`); dropped when it ends.
-    last_chain: tuple[Sequence[int], list[int]] | None = field(default=None, repr=False,
-                                                                compare=False)
 
     @property
     def own_service(self) -> float:
@@ -417,7 +413,6 @@ class ProcessTable:
         return record
 
     def _remember(self, record: ProgramRecord, now: float) -> None:
-        record.last_chain = None
         self._ended[record.program_id] = record
         if self._observer is not None:
             self._observer(record, now)

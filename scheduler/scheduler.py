@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from kvcache.manager import KVCacheManager
-from kvcache.prefix_hash import shared_chain_hashes
 from scheduler.call_state import CallStatus, SampledToken, SchedulableCall
 from scheduler.config import SchedulerConfig
 from scheduler.deadlines import DeadlineWatch
+from scheduler.history_chains import HistoryChains
 from scheduler.load import SchedulerLoad
 from scheduler.memory import NO_OWNER_RANK, UNLIMITED, ProgramMemory
 from scheduler.plan import SchedulePlan, ScheduledChunk
@@ -92,6 +92,7 @@ class Scheduler:
         self.calls: dict[str, SchedulableCall] = {}
         self.records: dict[str, CallRecord] = {}
         self.starvation = DeadlineWatch()  # waiting calls below the top level only
+        self.histories = HistoryChains(kv.num_cacheable_tokens, kv.block_size)
         self.deadlines = DeadlineWatch()
         self._seq = itertools.count()
         self._step_times: list[float] = []
@@ -179,6 +180,7 @@ class Scheduler:
             self.kv.free(call.call_id, program_id, NO_OWNER_RANK)
         record = self.table.end(program_id, failed, now)
         self.memory.ended(program, now, idle)
+        self.histories.forget(program_id)
         return record, calls
 
     def add(self, call: SchedulableCall, now: float, program_id: str,
@@ -196,9 +198,7 @@ class Scheduler:
         record = CallRecord(call.call_id, program_id, thread_id, now, waiting_since=now,
                             expected_tool_seconds=expected_tool_seconds,
                             ttft_slo=ttft_slo_seconds or self._default_ttft_slo())
-        if program.last_chain is not None:  # its history's hashes, not computed again
-            record.block_hashes = shared_chain_hashes(*program.last_chain, call.all_token_ids,
-                                                      self.kv.block_size)
+        record.block_hashes = self.histories.hashes_for(program_id, call.all_token_ids)
         gap = self.table.add_call(record, call.num_tokens)  # may decay the program's service
         if gap is not None:
             self.memory.tool_returned(program, gap)
@@ -233,14 +233,14 @@ class Scheduler:
         if record is None:
             return None
         program = self.table.get(record.program_id)
-        if record.block_hashes:
-            program.last_chain = (call.all_token_ids, record.block_hashes)
         rank = self.memory.finished(program, record, self._next_level(program),
                                     self.kv.num_cached_blocks_of(call.call_id), now,
                                     call.all_token_ids, len(self.running) + len(self.queued))
         self.kv.free(call.call_id, record.program_id, rank)
         if program.ephemeral and not program.active_calls:
             self.table.end(record.program_id, now=now)
+        else:
+            self.histories.remember(record.program_id, call.all_token_ids, record.block_hashes)
         return record
 
     def _remove(self, call: SchedulableCall, now: float) -> CallRecord | None:
@@ -374,6 +374,7 @@ class Scheduler:
         self.num_rounds += 1
         for expired in self.table.expire(now):
             self.memory.ended(expired, now, idle=True)
+            self.histories.forget(expired.program_id)
         self.memory.expire(now, self._live_next_level)
         if self.config.anti_starvation:
             self._promote_starved(now)
