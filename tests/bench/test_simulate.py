@@ -7,6 +7,7 @@ from bench.sim.simulate import PromptMaker, simulate
 from bench.sim.trace import Trace, TraceCall, TraceProgram
 from bench.sim.workloads import lats
 from scheduler.plan import ScheduledChunk, SchedulePlan
+from scheduler.history_chains import HistoryChains
 from scheduler.process_table import ProgramLimitError
 
 
@@ -344,3 +345,25 @@ def test_more_live_programs_than_the_engines_tenant_bound_all_run():
     assert {p.finish for p in result.programs} == {6.0, 7.0, 8.0, 9.0, 10.0}
     with pytest.raises(ProgramLimitError, match="max_programs_per_tenant"):
         run(trace, "optimized", max_programs_per_tenant=1000)
+
+
+@pytest.mark.parametrize("policy", ["atlas", "gittins"])
+def test_history_chains_change_no_result(monkeypatch, policy):
+    """A program's next call starting from its last call's chain hashes (scheduler
+    HistoryChains) is only a saving: with none kept, every figure is the same."""
+    trace = lats.generate(4, seed=2, rate=4.0)  # trees: siblings leave the history
+    seeded = []
+    hashes_for = HistoryChains.hashes_for
+    monkeypatch.setattr(HistoryChains, "hashes_for", lambda self, program_id, token_ids:
+                        seeded.append(hashes_for(self, program_id, token_ids)) or seeded[-1])
+    kept = simulate(trace, policy, engine_overrides=dict(num_kv_blocks=200))
+    assert sum(map(bool, seeded)) > len(seeded) // 2  # most calls started from a history
+    monkeypatch.setattr("scheduler.scheduler.HistoryChains",
+                        lambda max_tokens, block_size: HistoryChains(0, block_size))
+    none_kept = simulate(trace, policy, engine_overrides=dict(num_kv_blocks=200))
+    assert kept.call_finish == none_kept.call_finish
+    assert kept.call_first_token == none_kept.call_first_token
+    assert [(p.program_id, p.finish) for p in kept.programs] == \
+        [(p.program_id, p.finish) for p in none_kept.programs]
+    assert (kept.num_steps, kept.prefill_tokens_computed, kept.num_preemptions) == \
+        (none_kept.num_steps, none_kept.prefill_tokens_computed, none_kept.num_preemptions)
