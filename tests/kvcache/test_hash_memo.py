@@ -3,6 +3,7 @@ exactly the hashes computed from scratch, and nothing is kept past its bound."""
 
 import random
 
+import chain_hashes
 import pytest
 from test_kv_host_tier import prefill
 
@@ -14,11 +15,7 @@ BLOCK = 4
 
 
 def scratch_hashes(tokens: list[int]) -> list[int]:
-    """The chained hashes of `tokens`' full blocks, straight from `hash_block`."""
-    hashes: list[int] = []
-    for start in range(0, len(tokens) - BLOCK + 1, BLOCK):
-        hashes.append(hash_block(hashes[-1] if hashes else None, tokens[start:start + BLOCK]))
-    return hashes
+    return chain_hashes.scratch_hashes(tokens, BLOCK)
 
 
 @pytest.fixture

@@ -4,20 +4,17 @@ equal those from scratch, and what is kept is bounded and forgotten with the pro
 
 from __future__ import annotations
 
+import chain_hashes
 import pytest
-
 from harness import Sim
-from kvcache.prefix_hash import hash_block
+
 from scheduler.history_chains import HistoryChains
 
 BLOCK = 4
 
 
 def scratch_hashes(tokens: list[int]) -> list[int]:
-    hashes: list[int] = []
-    for start in range(0, len(tokens) - BLOCK + 1, BLOCK):
-        hashes.append(hash_block(hashes[-1] if hashes else None, tokens[start:start + BLOCK]))
-    return hashes
+    return chain_hashes.scratch_hashes(tokens, BLOCK)
 
 
 @pytest.fixture
