@@ -10,7 +10,7 @@ ids held over all programs never exceed `max_tokens`; the least recently stored 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 
 from kvcache.prefix_hash import shared_chain_hashes
 
@@ -56,3 +56,13 @@ class HistoryChains:
         chain = self._chains.pop(program_id, None)
         if chain is not None:
             self.num_tokens -= chain[2]
+
+    def check_integrity(self, live_programs: Container[str]) -> None:
+        """RuntimeError unless every history is a live program's and the count of tokens
+        held is their sum, within the bound."""
+        dead = [p for p in self._chains if p not in live_programs]
+        held = sum(size for _, _, size in self._chains.values())
+        if dead or held != self.num_tokens or held > self.max_tokens:
+            raise RuntimeError(f"history chains: {len(dead)} of ended programs, {held} tokens "
+                               f"held against {self.num_tokens} counted (bound "
+                               f"{self.max_tokens})")

@@ -713,7 +713,8 @@ class Scheduler:
 
     # ----- checks -----------------------------------------------------------------------
     def check_integrity(self) -> None:
-        """KV pools consistent; every call in exactly one queue; process table agrees."""
+        """KV pools consistent; every call in exactly one queue; process table agrees; history
+        chains only of live programs."""
         self.kv.check_integrity()
         ids = set(self.records)
         in_running = {c for c in self.calls if c in self.running}
@@ -725,6 +726,7 @@ class Scheduler:
             if self.calls[call_id].status is not CallStatus.RUNNING:
                 raise RuntimeError(f"{call_id} is in the running queues but not RUNNING")
         self.table.check_integrity(ids)
+        self.histories.check_integrity(self.table)
 
 
 def _token_counts(chunks: Sequence[ScheduledChunk]) -> tuple[int, int]:
