@@ -23,7 +23,7 @@ class HistoryChains:
             raise ValueError(f"need max_tokens >= 0 and block_size > 0, got {max_tokens} "
                              f"and {block_size}")
         self.max_tokens, self.block_size = max_tokens, block_size
-        self._chains: OrderedDict[str, tuple[Sequence[int], list[int], int]] = OrderedDict()
+        self._chains: OrderedDict[str, tuple[Sequence[int], list[int]]] = OrderedDict()
         self.num_tokens = 0  # token ids held, over all programs
 
     def __len__(self) -> int:
@@ -34,14 +34,13 @@ class HistoryChains:
         program's history, in place of the one before; nothing for an empty `hashes` or a
         history longer than the bound."""
         self.forget(program_id)
-        size = len(token_ids)
-        if not hashes or size > self.max_tokens:
+        if not hashes or len(token_ids) > self.max_tokens:
             return
-        self._chains[program_id] = (token_ids, hashes, size)
-        self.num_tokens += size
+        self._chains[program_id] = (token_ids, hashes)
+        self.num_tokens += len(token_ids)
         while self.num_tokens > self.max_tokens:
-            _, (_, _, dropped) = self._chains.popitem(last=False)
-            self.num_tokens -= dropped
+            _, (dropped, _) = self._chains.popitem(last=False)
+            self.num_tokens -= len(dropped)
 
     def hashes_for(self, program_id: str, token_ids: Sequence[int]) -> list[int]:
         """A new list of the chain hashes `token_ids` shares with the program's history
@@ -49,19 +48,18 @@ class HistoryChains:
         chain = self._chains.get(program_id)
         if chain is None:
             return []
-        history, hashes, _ = chain
-        return shared_chain_hashes(history, hashes, token_ids, self.block_size)
+        return shared_chain_hashes(*chain, token_ids, self.block_size)
 
     def forget(self, program_id: str) -> None:
         chain = self._chains.pop(program_id, None)
         if chain is not None:
-            self.num_tokens -= chain[2]
+            self.num_tokens -= len(chain[0])
 
     def check_integrity(self, live_programs: Container[str]) -> None:
         """RuntimeError unless every history is a live program's and the count of tokens
         held is their sum, within the bound."""
         dead = [p for p in self._chains if p not in live_programs]
-        held = sum(size for _, _, size in self._chains.values())
+        held = sum(len(tokens) for tokens, _ in self._chains.values())
         if dead or held != self.num_tokens or held > self.max_tokens:
             raise RuntimeError(f"history chains: {len(dead)} of ended programs, {held} tokens "
                                f"held against {self.num_tokens} counted (bound "

@@ -18,6 +18,8 @@ import importlib
 import json
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from unittest import mock
 
 import kvcache.manager
@@ -26,6 +28,14 @@ from bench.sim.metrics import compute_metrics
 from bench.sim.simulate import simulate
 from bench.sim.workloads import WORKLOADS
 from scheduler.history_chains import HistoryChains
+
+
+@contextmanager
+def without_history_chains() -> Iterator[None]:
+    """Inside it, every new Scheduler keeps no history chains (bounded to 0 tokens)."""
+    with mock.patch("scheduler.scheduler.HistoryChains",
+                    lambda max_tokens, block_size: HistoryChains(0, block_size)):
+        yield
 
 
 def count_steps(workload: str, programs: int, rate: float, seed: int, policy: str,
@@ -45,21 +55,15 @@ def count_steps(workload: str, programs: int, rate: float, seed: int, policy: st
         counts["blake2b_hashes"] += 1
         return hash_block(parent, tokens)
 
-    patches = [mock.patch.object(kvcache.manager.KVCacheManager, "_append_hash",
-                                 counted_append),
-               mock.patch.object(kvcache.manager, "hash_block", counted_hash)]
-    if not keep_history:
-        patches.append(mock.patch("scheduler.scheduler.HistoryChains",
-                                  lambda max_tokens, block_size: HistoryChains(0, block_size)))
-    for patch in patches:
-        patch.start()
-    try:
+    with ExitStack() as stack:
+        stack.enter_context(mock.patch.object(kvcache.manager.KVCacheManager, "_append_hash",
+                                              counted_append))
+        stack.enter_context(mock.patch.object(kvcache.manager, "hash_block", counted_hash))
+        if not keep_history:
+            stack.enter_context(without_history_chains())
         start = time.process_time()
         result = simulate(trace, policy)
         cpu = time.process_time() - start
-    finally:
-        for patch in patches:
-            patch.stop()
     return {"chain_steps": counts["chain_steps"], "blake2b_hashes": counts["blake2b_hashes"],
             "simulate_cpu_seconds": round(cpu, 2),
             "mean_norm_latency": compute_metrics(result.programs).mean_norm_latency}

@@ -6,6 +6,7 @@ from bench.sim.sim_executor import SIM_TOKEN_ID, SimulatedExecutor, VirtualClock
 from bench.sim.simulate import PromptMaker, simulate
 from bench.sim.trace import Trace, TraceCall, TraceProgram
 from bench.sim.workloads import lats
+from bench.studies.hash_steps import without_history_chains
 from scheduler.plan import ScheduledChunk, SchedulePlan
 from scheduler.history_chains import HistoryChains
 from scheduler.process_table import ProgramLimitError
@@ -358,9 +359,8 @@ def test_history_chains_change_no_result(monkeypatch, policy):
                         seeded.append(hashes_for(self, program_id, token_ids)) or seeded[-1])
     kept = simulate(trace, policy, engine_overrides=dict(num_kv_blocks=200))
     assert sum(map(bool, seeded)) > len(seeded) // 2  # most calls started from a history
-    monkeypatch.setattr("scheduler.scheduler.HistoryChains",
-                        lambda max_tokens, block_size: HistoryChains(0, block_size))
-    none_kept = simulate(trace, policy, engine_overrides=dict(num_kv_blocks=200))
+    with without_history_chains():
+        none_kept = simulate(trace, policy, engine_overrides=dict(num_kv_blocks=200))
     assert kept.call_finish == none_kept.call_finish
     assert kept.call_first_token == none_kept.call_first_token
     assert [(p.program_id, p.finish) for p in kept.programs] == \
