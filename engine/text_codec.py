@@ -50,9 +50,9 @@ class TextCodec:
         if len(token_ids) >= self.max_model_len:
             raise ValueError(f"prompt: {len(token_ids)} tokens leaves no room to generate in "
                              f"the model's context of {self.max_model_len}")
-        # One pass in C for the common case; the per-token scan only to name a bad id.
-        if set(map(type, token_ids)) - {int, bool} or min(token_ids) < 0 \
-                or max(token_ids) >= self.vocab_size:
+        # Passes in C for the common case (a sum of ints and bools is an int; any other
+        # element makes it another type or raises); the per-token scan only to name a bad id.
+        if not _all_ints(token_ids) or min(token_ids) < 0 or max(token_ids) >= self.vocab_size:
             bad = [t for t in token_ids
                    if not isinstance(t, int) or not 0 <= t < self.vocab_size]
             raise ValueError(f"prompt: token id {bad[0]!r} is outside the vocabulary "
@@ -93,3 +93,11 @@ class TextCodec:
         if self._grammars is None:
             raise ValueError(self._grammars_refused)
         return self._grammars.state(spec)
+
+
+def _all_ints(values: Sequence[object]) -> bool:
+    """Whether every one of `values` is an int (bools included), in one pass in C."""
+    try:
+        return type(sum(values)) is int  # type: ignore[arg-type]
+    except TypeError:
+        return False

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from engine.executor import StepResult
-from scheduler.plan import SchedulePlan
+from scheduler.plan import ScheduledChunk, SchedulePlan
 
 from bench.sim.cost_model import CostModel
 
@@ -82,9 +82,33 @@ class SimulatedExecutor:
             if pairs:
                 swap += self.cost_model.swap_seconds(len(pairs), self.bytes_per_block)
                 self.num_swap_transfers += 1
+        if plan.is_continuation:  # decodes only: one new token over each call's context
+            new, tokens = len(plan.chunks), self._next_tokens(plan.chunks)
+            kv_tokens = pairs_total = sum(chunk.start for chunk in plan.chunks) + new
+        else:
+            new, pairs_total, kv_tokens, tokens = self._totals(plan.chunks)
+        seconds = swap + self.cost_model.step_seconds_from_totals(
+            new, pairs_total, kv_tokens, new_round=not plan.is_continuation) / self.speed
+        if not plan.is_empty:
+            self.num_steps += 1
+        self.num_tokens_computed += new
+        self.busy_seconds += seconds
+        self.swap_seconds_total += swap
+        self.clock.advance(seconds)
+        return StepResult(tokens, swap)
+
+    def _next_tokens(self, chunks: list[ScheduledChunk]) -> list[int | None]:
+        """The token each of `chunks` (all of which sample) samples."""
+        if self.next_token is None:
+            return [SIM_TOKEN_ID] * len(chunks)
+        next_token = self.next_token
+        return [next_token(chunk.call.all_token_ids) for chunk in chunks]
+
+    def _totals(self, chunks: list[ScheduledChunk]) -> tuple[int, int, int, list[int | None]]:
+        """(tokens run, query-key pairs, KV tokens read, sampled tokens) of a step's chunks."""
         new = pairs_total = kv_tokens = 0
         tokens: list[int | None] = []
-        for chunk in plan.chunks:
+        for chunk in chunks:
             n = chunk.num_tokens
             context = chunk.start + n
             new += n
@@ -96,12 +120,4 @@ class SimulatedExecutor:
                 tokens.append(SIM_TOKEN_ID)
             else:
                 tokens.append(self.next_token(chunk.call.all_token_ids))
-        seconds = swap + self.cost_model.step_seconds_from_totals(
-            new, pairs_total, kv_tokens, new_round=not plan.is_continuation) / self.speed
-        if not plan.is_empty:
-            self.num_steps += 1
-        self.num_tokens_computed += new
-        self.busy_seconds += seconds
-        self.swap_seconds_total += swap
-        self.clock.advance(seconds)
-        return StepResult(tokens, swap)
+        return new, pairs_total, kv_tokens, tokens

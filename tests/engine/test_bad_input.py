@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine import LLM, EngineConfig, SamplingParams
+from engine.text_codec import TextCodec
 
 
 @pytest.fixture(scope="module")
@@ -26,6 +27,10 @@ def still_works(llm):
     (list(range(3, 3 + 64)), "prompt"),
     ([5, 384], "prompt: token id 384"),
     ([5, -1], "prompt: token id -1"),
+    ([5, 6.0], "prompt: token id 6.0"),
+    ([5, "6"], "prompt: token id '6'"),
+    ([5, None], "prompt: token id None"),
+    ([5, 2**70], f"prompt: token id {2**70}"),
 ])
 def test_bad_prompts(llm, prompt, field):
     with pytest.raises(ValueError, match=field):
@@ -45,6 +50,12 @@ def test_bad_sampling_params(llm, kwargs, field):
     with pytest.raises(ValueError, match=field):
         SamplingParams(**kwargs)
     still_works(llm)
+
+
+def test_bool_token_ids_are_ints():
+    # True and False are the ids 1 and 0 (bool is an int); nothing else that is not an int is.
+    codec = TextCodec(None, vocab_size=16, max_model_len=64)
+    assert codec.tokenize_prompt([True, 5]) == [True, 5]
 
 
 def test_prompt_longer_than_the_context_is_refused_by_the_engine(llm):
