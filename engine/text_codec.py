@@ -96,7 +96,8 @@ class TextCodec:
 
 
 def _all_ints(values: Sequence[object]) -> bool:
-    """Whether every one of `values` is an int (bools included), in one pass in C."""
+    """Whether every one of `values` is an int (bools and other int subclasses included),
+    in one pass in C."""
     try:
         return type(sum(values)) is int  # type: ignore[arg-type]
     except TypeError:

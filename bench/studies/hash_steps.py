@@ -23,10 +23,9 @@ from contextlib import ExitStack, contextmanager
 from unittest import mock
 
 import kvcache.manager
-from bench.sim.baselines import BASELINES
 from bench.sim.metrics import compute_metrics
 from bench.sim.simulate import simulate
-from bench.sim.workloads import WORKLOADS
+from bench.support.sim_run_arguments import add_sim_run_arguments
 from scheduler.history_chains import HistoryChains
 
 
@@ -72,11 +71,7 @@ def count_steps(workload: str, programs: int, rate: float, seed: int, policy: st
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.studies.hash_steps",
                                      description=__doc__.splitlines()[0])
-    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="mixed")
-    parser.add_argument("--programs", type=int, default=300)
-    parser.add_argument("--rate", type=float, default=0.5)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--policy", choices=sorted(BASELINES), default="atlas")
+    add_sim_run_arguments(parser, programs=300)
     parser.add_argument("--no-history", action="store_true",
                         help="keep no history chains (the rule before them)")
     args = parser.parse_args(argv)

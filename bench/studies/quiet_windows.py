@@ -23,17 +23,18 @@ one JSON line.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 from collections import Counter
 from contextlib import ExitStack
 from unittest import mock
 
-from bench.sim.baselines import BASELINES, BLOCK_SIZE
+from bench.sim.baselines import BLOCK_SIZE
 from bench.sim.simulate import simulate
 from bench.sim.trace import Trace
-from bench.sim.workloads import WORKLOADS
+from bench.support.sim_run_arguments import add_sim_run_arguments, sim_run_trace
 from engine.llm_engine import LLMEngine
+from scheduler.call_state import SampledToken
+from scheduler.plan import SchedulePlan
 from scheduler.scheduler import Scheduler
 
 REASONS = ("arrival", "finish", "level_move", "not_decode", "block_boundary")
@@ -47,7 +48,7 @@ class _Watch:
         self.reasons: Counter[str] = Counter()
         self.steps = self.new_rounds = self.windows = self.windows_without_blocks = 0
 
-    def step(self, plan, sampled) -> None:
+    def step(self, plan: SchedulePlan, sampled: list[SampledToken]) -> None:
         """Classify the step of `plan` (its `sampled` tokens: whether it finished calls)."""
         chunks = plan.chunks
         reasons = {
@@ -103,17 +104,11 @@ def count_windows(trace: Trace, policy: str) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.studies.quiet_windows",
                                      description=__doc__.splitlines()[0])
-    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="mixed")
-    parser.add_argument("--programs", type=int, default=300)
-    parser.add_argument("--rate", type=float, default=0.5)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--policy", choices=sorted(BASELINES), default="atlas")
+    add_sim_run_arguments(parser, programs=300)
     args = parser.parse_args(argv)
-    trace = importlib.import_module(f"bench.sim.workloads.{args.workload}").generate(
-        args.programs, args.seed, args.rate)
     print(json.dumps({"workload": args.workload, "programs": args.programs, "rate": args.rate,
                       "policy": args.policy,
-                      **count_windows(trace, args.policy)}))
+                      **count_windows(sim_run_trace(args), args.policy)}))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib
 import json
 import os
 import pickle
@@ -30,9 +29,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.sim.baselines import BASELINES
 from bench.sim.simulate import simulate
-from bench.sim.workloads import WORKLOADS
+from bench.sim.trace import Trace
+from bench.support.sim_run_arguments import add_sim_run_arguments, sim_run_trace
 
 _MODULE = "bench.studies.sim_instructions"
 _I_REFS = re.compile(r"I\s+refs:\s+([\d,]+)")
@@ -63,14 +62,11 @@ def _counted(trace_file: Path, policy: str | None) -> tuple[int, str]:
     return instructions_in(done.stderr), done.stdout.strip()
 
 
-def count(workload: str, programs: int, rate: float, seed: int,
-          policy: str) -> dict[str, int | str]:
-    """Instructions of loading the trace, and of loading and simulating it, and the
-    difference (see the module docstring)."""
+def count(trace: Trace, policy: str) -> dict[str, int | str]:
+    """Instructions of loading `trace`, and of loading and simulating it under `policy`,
+    and the difference (see the module docstring)."""
     if shutil.which("valgrind") is None:
         raise SystemExit("sim_instructions: valgrind is not on the PATH")
-    trace = importlib.import_module(f"bench.sim.workloads.{workload}").generate(
-        programs, seed, rate)
     data = pickle.dumps(trace)
     with tempfile.TemporaryDirectory() as folder:
         trace_file = Path(folder) / "trace.pickle"
@@ -85,11 +81,7 @@ def count(workload: str, programs: int, rate: float, seed: int,
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog=f"python -m {_MODULE}",
                                      description=__doc__.splitlines()[0])
-    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="mixed")
-    parser.add_argument("--programs", type=int, default=30)
-    parser.add_argument("--rate", type=float, default=0.5)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--policy", choices=sorted(BASELINES), default="atlas")
+    add_sim_run_arguments(parser, programs=30)
     parser.add_argument("--replay", type=Path, help=argparse.SUPPRESS)  # the counted child
     parser.add_argument("--load-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -98,8 +90,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     print(json.dumps({"workload": args.workload, "programs": args.programs, "rate": args.rate,
                       "seed": args.seed, "policy": args.policy,
-                      **count(args.workload, args.programs, args.rate, args.seed,
-                              args.policy)}))
+                      **count(sim_run_trace(args), args.policy)}))
 
 
 if __name__ == "__main__":
