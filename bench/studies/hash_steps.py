@@ -14,7 +14,6 @@ they existed); the simulated figures must not change.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import time
 from collections import Counter
@@ -25,7 +24,8 @@ from unittest import mock
 import kvcache.manager
 from bench.sim.metrics import compute_metrics
 from bench.sim.simulate import simulate
-from bench.support.sim_run_arguments import add_sim_run_arguments
+from bench.sim.trace import Trace
+from bench.support.sim_run_arguments import add_sim_run_arguments, sim_run_trace
 from scheduler.history_chains import HistoryChains
 
 
@@ -37,11 +37,9 @@ def without_history_chains() -> Iterator[None]:
         yield
 
 
-def count_steps(workload: str, programs: int, rate: float, seed: int, policy: str,
-                keep_history: bool) -> dict[str, float]:
-    """One simulated run, instrumented: chain steps, blake2b hashes, simulate() CPU s."""
-    trace = importlib.import_module(f"bench.sim.workloads.{workload}").generate(
-        programs, seed, rate)
+def count_steps(trace: Trace, policy: str, keep_history: bool) -> dict[str, float]:
+    """One simulated run of `trace` under `policy`, instrumented: chain steps, blake2b
+    hashes, simulate() CPU s."""
     counts: Counter[str] = Counter()
     append_hash = kvcache.manager.KVCacheManager._append_hash
     hash_block = kvcache.manager.hash_block
@@ -77,8 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     print(json.dumps({"workload": args.workload, "programs": args.programs,
                       "history": not args.no_history,
-                      **count_steps(args.workload, args.programs, args.rate, args.seed,
-                                    args.policy, not args.no_history)}))
+                      **count_steps(sim_run_trace(args), args.policy, not args.no_history)}))
 
 
 if __name__ == "__main__":
