@@ -55,6 +55,7 @@ from server.calls import CallRequest
 from server.door_backend import CallItems, DoorBackend, Headers
 from server.errors import DrainingError
 from server.http_errors import HttpError, http_error_of, sse_error_event
+from server.merged_streams import merged
 from server.namespace import Namespace, new_id
 from server.openai_echo import Echo, echoed_logprobs, prompt_arrays
 from server.openai_logprobs import chat_logprobs, completion_logprobs, token_ids_of
@@ -418,8 +419,8 @@ class OpenAIDoor:
                      else None for _ in streams]
             offsets = [0] * len(streams)  # characters streamed per choice (text_offset)
             echoed: set[int] = set()  # choices whose echo chunk went out
-            async with contextlib.aclosing(_merge(streams)) as merged:
-                async for index, item in merged:
+            async with contextlib.aclosing(merged(streams)) as items:
+                async for index, item in items:
                     parsed = calls[index]
                     if isinstance(item, StreamDelta) and echo is not None \
                             and index not in echoed:
@@ -513,29 +514,3 @@ async def _collect(stream: CallItems) -> CompletionOutput:
             return item.completion
     raise RuntimeError("stream ended without a final item")
 
-
-async def _merge(streams: list[CallItems]) -> AsyncIterator[tuple[int, Any]]:
-    """Items of several streams as they arrive, tagged with the stream's index."""
-    if len(streams) == 1:
-        async for item in streams[0]:
-            yield 0, item
-        return
-    queue: asyncio.Queue = asyncio.Queue()
-
-    async def pump(index: int, stream: CallItems) -> None:
-        async for item in stream:
-            await queue.put((index, item))
-        await queue.put((index, None))
-
-    tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(streams)]
-    try:
-        open_streams = len(streams)
-        while open_streams:
-            index, item = await queue.get()
-            if item is None:
-                open_streams -= 1
-            else:
-                yield index, item
-    finally:
-        for task in tasks:
-            task.cancel()
