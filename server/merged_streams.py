@@ -4,33 +4,43 @@ prompts, streamed)."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator
+from typing import AsyncIterator
 
+from server.call_stream import StreamItem
 from server.door_backend import CallItems
 
 
-async def merged(streams: list[CallItems]) -> AsyncIterator[tuple[int, Any]]:
-    """Items of several streams as they arrive, tagged with the stream's index."""
-    if len(streams) == 1:
-        async for item in streams[0]:
-            yield 0, item
-        return
-    queue: asyncio.Queue = asyncio.Queue()
+async def merged(streams: list[CallItems]) -> AsyncIterator[tuple[int, StreamItem]]:
+    """The streams' items as they arrive, each with its stream's index.
 
-    async def pump(index: int, stream: CallItems) -> None:
-        async for item in stream:
-            await queue.put((index, item))
-        await queue.put((index, None))
+    One read of each stream is outstanding at a time, and a stream's next read starts only
+    when the consumer asks for the next item: at most one item of each stream is held here,
+    so each stream's own bound on unread items (`server.call_stream`) still applies. The
+    first error a stream raises is raised to the consumer. However the merge ends (all
+    streams done, an error, the consumer closing it), every stream is cancelled
+    (`CallItems.cancel`: nothing for one that finished)."""
+    readers = [aiter(stream) for stream in streams]
+    reads: dict[asyncio.Future, int] = {}  # each stream's outstanding read
 
-    tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(streams)]
+    def read(index: int) -> None:
+        reads[asyncio.ensure_future(anext(readers[index]))] = index
+
+    for index in range(len(streams)):
+        read(index)
     try:
-        open_streams = len(streams)
-        while open_streams:
-            index, item = await queue.get()
-            if item is None:
-                open_streams -= 1
-            else:
+        while reads:
+            done, _ = await asyncio.wait(reads, return_when=asyncio.FIRST_COMPLETED)
+            for future in sorted(done, key=reads.__getitem__):
+                index = reads.pop(future)
+                try:
+                    item = future.result()
+                except StopAsyncIteration:
+                    continue
                 yield index, item
+                read(index)
     finally:
-        for task in tasks:
-            task.cancel()
+        for future in reads:
+            if not future.cancel() and not future.cancelled():
+                future.exception()  # a later stream's error, dropped: the first one counts
+        for stream in streams:
+            stream.cancel()

@@ -3,10 +3,13 @@ and a router in front of them."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -80,3 +83,42 @@ class ReplicaProcess:
                 self.kill()
         if self.process.stdout is not None:
             self.process.stdout.close()
+
+
+class Partition:
+    """A TCP relay to `address` (a replica the router reaches through `self.address`);
+    `cut()` drops its connections and refuses new ones, as a network partition would."""
+
+    def __init__(self, address: str) -> None:
+        host, port = address.rsplit(":", 1)
+        self.target = (host, int(port))
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        self.sockets: list[socket.socket] = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:  # cut
+                return
+            upstream = socket.create_connection(self.target)
+            with self.lock:
+                self.sockets += [client, upstream]
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=_relay, args=(source, sink), daemon=True).start()
+
+    def cut(self) -> None:
+        for sock in [self.listener, *self.sockets]:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)  # wakes the threads blocked on it
+            sock.close()
+
+
+def _relay(source: socket.socket, sink: socket.socket) -> None:
+    """Copy `source` to `sink` until either closes."""
+    with contextlib.suppress(OSError):
+        while data := source.recv(65536):
+            sink.sendall(data)

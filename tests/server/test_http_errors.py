@@ -51,10 +51,11 @@ def http(server, method: str, path: str, body: Any = None, token: str | None = N
 
 
 class SSE:
-    """A streamed completion: `chunks()` yields each `data:` payload until `[DONE]`."""
+    """A streamed completion: `chunks()` yields each `data:` payload until `[DONE]` (then
+    `done`); a read waits at most `timeout` seconds."""
 
     def __init__(self, server, path: str, body: dict[str, Any], token: str | None = None,
-                 headers: dict[str, str] | None = None) -> None:
+                 headers: dict[str, str] | None = None, timeout: float = 60.0) -> None:
         request = urllib.request.Request(f"http://{server.http_address}{path}",
                                          data=json.dumps({**body, "stream": True}).encode(),
                                          method="POST")
@@ -63,8 +64,9 @@ class SSE:
             request.add_header("Authorization", f"Bearer {token}")
         for key, value in (headers or {}).items():
             request.add_header(key, value)
-        self.response = urllib.request.urlopen(request, timeout=60)
+        self.response = urllib.request.urlopen(request, timeout=timeout)
         assert self.response.status == 200
+        self.done = False
 
     def chunks(self) -> Iterator[dict[str, Any]]:
         for line in self.response:
@@ -72,6 +74,7 @@ class SSE:
             if not line.startswith("data: "):
                 continue
             if line == "data: [DONE]":
+                self.done = True
                 return
             yield json.loads(line[len("data: "):])
 

@@ -1,7 +1,8 @@
 """The router under chaos, each case bounded in time: a replica that hangs while its health
-still answers, a replica frozen by SIGSTOP and thawed by SIGCONT, and the router itself
-stopped while clients stream. Every program finishes (its client retrying what was cut), or
-ends with a clear retryable status, and no call is left on any replica."""
+still answers, a replica frozen by SIGSTOP and thawed by SIGCONT, the router itself stopped
+while clients stream, and a replica lost while a request's n choices stream through the
+router's OpenAI door. Every program finishes (its client retrying what was cut), or ends
+with a clear retryable status, and no call is left on any replica."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ import time
 import grpc
 import pytest
 from grpc_helpers import start, wait_idle
-from router_helpers import TOKEN, ReplicaProcess, router_over, wait_until
+from router_helpers import (TOKEN, Partition, ReplicaProcess, in_process_replicas, router_over,
+                            wait_until)
+from test_http_errors import SSE
 
 from scheduler.placement import make_placement
 from server import agentix_pb2 as pb
@@ -184,3 +187,45 @@ def test_a_replica_at_a_tenth_of_its_speed_holds_up_no_program(tiny_llama_dir):
         tokens = [r.engine_loop.call(lambda e: e.counters.generation_tokens)
                   for r in replicas]
         assert sum(tokens) == 6 * 4 * 16 and min(tokens) > 0
+
+
+def test_a_replica_lost_while_n_choices_stream_ends_the_stream_with_an_error(tiny_llama_dir):
+    """A streamed completion with n=2 through the router's OpenAI door, one choice on each
+    replica (round_robin), each step 20 ms slower; once both choices stream, the network to
+    replica 1 is cut. The client gets the router's error event (503: replica 1 lost
+    mid-stream) and `[DONE]`, choice 0's call on replica 0 is aborted before its end, and
+    nothing is left on the router or on replica 0."""
+    max_tokens = 200  # 4 s of steps at least: choice 0 still runs when replica 1 is lost
+    replicas = in_process_replicas(tiny_llama_dir)
+    partition = Partition(replicas[1].address)
+    router = router_over([replicas[0], partition.address], make_placement("round_robin"),
+                         model=tiny_llama_dir, http_port=0)
+    try:
+        for replica in replicas:
+            replica.engine_loop.call(lambda engine: setattr(
+                engine, "executor", _SlowExecutor(engine.executor, 0.02)))
+        wait_until(lambda: router.call(lambda: all(r.healthy for r in router.router.replicas)),
+                   what="both replicas serving")  # replica 1's first check, through the relay
+        sse = SSE(router, "/v1/completions", {"prompt": [1, 5, 6], "n": 2, "temperature": 0,
+                                              "max_tokens": max_tokens, "ignore_eos": True},
+                  timeout=10)
+        chunks, streaming = sse.chunks(), set()
+        while streaming != {0, 1}:
+            streaming |= {choice["index"] for choice in next(chunks)["choices"]}
+        partition.cut()
+        *_, last = chunks
+        sse.close()
+        assert sse.done
+        assert last == {"error": {
+            "message": f"replica 1 ({partition.address}) was lost mid-stream: the call was "
+                       f"cut; retry it (same call_id)",
+            "type": "service_unavailable", "param": None, "code": None}}
+        wait_until(lambda: router.call(lambda: not router.router.calls), what="router idle")
+        wait_idle(replicas[0])
+        assert replicas[0].engine_loop.call(
+            lambda engine: engine.counters.generation_tokens) < max_tokens
+    finally:
+        partition.cut()
+        router.stop(grace=0)
+        for replica in replicas:
+            replica.stop(grace=0)
