@@ -281,7 +281,7 @@ class OpenAIDoor:
                        for i, c in enumerate(completions)]
         return JSONResponse(envelope(
             kind, response_id, self.model_name, now_seconds(), choices,
-            usage=usage(completions),
+            usage=usage(completions, body.n),
             program_id=ns.outer(started.program_id) if started.named else ""))
 
     async def _logprobs(self, kind: str, entries: list[TokenLogprob] | None,
@@ -455,7 +455,7 @@ class OpenAIDoor:
                         reason = tool_calls_finish(reason) if parsed.made_calls else reason
                     yield event([chunk_delta(kind, index, "", [] if ids else None, reason)])
             if body.include_usage():
-                yield event([], usage=usage(completions))
+                yield event([], usage=usage(completions, body.n))
         except Exception as exc:
             yield sse_error_event(http_error_of(started.ns.outer_error(exc)))
         finally:

@@ -215,15 +215,18 @@ def for_choice(params: SamplingParams, index: int) -> SamplingParams:
     return replace(params, seed=params.seed + index)
 
 
-def usage(completions: list[CompletionOutput]) -> dict[str, Any]:
-    """OpenAI usage of one request's choices (they share one prompt), with the engine's
-    queue and service seconds as extras (the slowest choice's queue, all choices' service)."""
-    first = completions[0]
+def usage(completions: list[CompletionOutput], n: int) -> dict[str, Any]:
+    """OpenAI usage of one request's choices, `n` per prompt (prompt i's are i*n to
+    i*n+n-1), counted as vLLM does: each prompt's tokens and cached tokens once (its first
+    choice's), every choice's generated tokens; with the engine's queue and service seconds
+    as extras (the slowest choice's queue, all choices' service)."""
+    firsts = completions[::n]
     generated = sum(len(c.token_ids) for c in completions)
-    prompt = len(first.prompt_token_ids)
+    prompt = sum(len(c.prompt_token_ids) for c in firsts)
     return {"prompt_tokens": prompt, "completion_tokens": generated,
             "total_tokens": prompt + generated,
-            "prompt_tokens_details": {"cached_tokens": first.num_cached_tokens},
+            "prompt_tokens_details": {"cached_tokens": sum(c.num_cached_tokens
+                                                           for c in firsts)},
             "queue_seconds": max(c.queue_seconds for c in completions),
             "service_seconds": sum(c.service_seconds for c in completions)}
 

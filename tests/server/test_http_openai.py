@@ -123,6 +123,21 @@ def test_batched_prompts_get_n_choices_each_in_order(client, reference, stream):
         assert token_ids == reference(prompts[index // 2]), index
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_batched_usage_counts_every_prompt_once_and_every_choice(client, stream):
+    """As on vLLM: prompt_tokens (and cached_tokens) sum each prompt once, completion_tokens
+    every choice. A 10- and an 11-token prompt, n=2, 6 tokens each, sent twice: the second
+    time each prompt's first block (8 tokens) is in the prefix cache."""
+    prompts = [[1, *range(70, 79)], [1, *range(80, 90)]]
+    options = {"stream_options": {"include_usage": True}} if stream else {}
+    for _ in range(2):
+        response = client.completions.create(model="tiny", prompt=prompts, n=2, stream=stream,
+                                             **options, **GREEDY, extra_body=EXTRA)
+        got = [chunk.usage for chunk in response][-1] if stream else response.usage
+    assert (got.prompt_tokens, got.completion_tokens, got.total_tokens) == (21, 24, 45)
+    assert got.prompt_tokens_details.cached_tokens == 16
+
+
 def test_a_batch_past_the_calls_bound_is_a_400_naming_prompt(client):
     with pytest.raises(openai.BadRequestError) as info:
         client.completions.create(model="tiny", prompt=["w5"] * 5, n=16, max_tokens=1)
