@@ -4,14 +4,14 @@ Requests accept the OpenAI fields this engine can honour, plus the usual extras 
 servers (`top_k`, `ignore_eos`, `return_token_ids`) and Agentix's own (`program_id`,
 `program_class`, `thread_id`, `expected_tool_seconds`, `ttft_slo_seconds`); other unknown
 fields are ignored, as OpenAI clients send many. `logprobs` (chat: a bool with
-`top_logprobs` 0-20; completions: 0-5 alternatives) returns each generated token's logprob
-(`server.openai_logprobs`); completions' `echo` returns the prompt before the output, with
-its tokens' logprobs too when asked (`server.openai_echo`; `max_tokens` 0 then scores the
-prompt alone). `response_format` (json_object, json_schema) and a forced `tool_choice`
-("required", a named function) are enforced by constrained decoding
-(`server.openai_structured`). Fields it cannot honour (`best_of`, `suffix`, a penalty,
-`logit_bias`, `min_p`, `min_tokens`) are refused at any value but their neutral one with a
-400 naming them, never dropped in silence. Sampling defaults follow OpenAI:
+`top_logprobs` 0-20, which above 0 needs it; completions: 0-5 alternatives) returns each
+generated token's logprob (`server.openai_logprobs`); completions' `echo` returns the prompt
+before the output, with its tokens' logprobs too when asked (`server.openai_echo`;
+`max_tokens` 0 then scores the prompt alone). `response_format` (json_object, json_schema)
+and a forced `tool_choice` ("required", a named function) are enforced by constrained
+decoding (`server.openai_structured`). Fields it cannot honour (`best_of`, `suffix`, a
+penalty, `logit_bias`, `min_p`, `min_tokens`) are refused at any value but their neutral one
+with a 400 naming them, never dropped in silence. Sampling defaults follow OpenAI:
 temperature 1, top_p 1; `max_tokens` defaults to 16 on /v1/completions and to the rest of
 the context on chat.
 """
@@ -119,6 +119,12 @@ class ChatCompletionRequest(_Body):
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
 
     def logprobs_wanted(self) -> int | None:
+        """`top_logprobs` alternatives with `logprobs` true; ValueError naming
+        `top_logprobs` when it asks for alternatives without it (0 or null is accepted, as
+        on vLLM)."""
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError(f"top_logprobs: {self.top_logprobs} alternatives need logprobs: "
+                             f"true")
         return (self.top_logprobs or 0) if self.logprobs else None
 
     def forced_tool(self) -> tuple[bool, str | None]:

@@ -54,8 +54,12 @@ def test_chat_logprobs_name_each_token_and_its_alternatives(client):
         assert entry.logprob <= 0 and entry.top_logprobs[1].logprob <= entry.logprob
 
 
-def test_without_logprobs_a_choice_has_none(client):
-    answer = client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=2)
+@pytest.mark.parametrize("top_logprobs", [openai.NOT_GIVEN, None, 0])
+def test_without_logprobs_a_choice_has_none(client, top_logprobs):
+    """No `logprobs`: none, with `top_logprobs` unset, null or 0 (as on vLLM; more
+    alternatives without `logprobs` are a 400: test_http_errors.py)."""
+    answer = client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=2,
+                                            top_logprobs=top_logprobs)
     assert answer.choices[0].logprobs is None
 
 
