@@ -7,7 +7,8 @@ developer (as system) or assistant; `content` a string or `input_text`/`output_t
 answer); `instructions` is a system message first. Function tools arrive flat (`{"type":
 "function", "name", "description", "parameters"}`). Output items: a `message` with one
 `output_text` part (when there is text) and one `function_call` per parsed tool call (with a
-tool parser on the server, as for chat). Streaming sends the API's typed events, each with
+tool parser on the server, as for chat); an item's id is `msg_` or `fc_`, the response's id
+and the item's output index, streamed or not. Streaming sends the API's typed events, each with
 its `sequence_number`: response.created, response.in_progress, then per output item
 output_item.added, (content_part.added, output_text.delta..., output_text.done,
 content_part.done | function_call_arguments.delta, function_call_arguments.done),
@@ -145,10 +146,17 @@ def output_items(response_id: str, completion: CompletionOutput,
     text = completion.text if parsed is None else parsed.content
     items: list[dict[str, Any]] = []
     if text or parsed is None or not parsed.tool_calls:
-        items.append(message_item(f"msg_{response_id}", text))
-    for n, call in enumerate(parsed.tool_calls if parsed is not None else ()):
-        items.append(function_call_item(f"fc_{response_id}_{n}", call.to_openai()))
+        items.append(message_item(output_item_id("msg", response_id, 0), text))
+    for call in parsed.tool_calls if parsed is not None else ():
+        items.append(function_call_item(output_item_id("fc", response_id, len(items)),
+                                        call.to_openai()))
     return items
+
+
+def output_item_id(prefix: str, response_id: str, output_index: int) -> str:
+    """The id of a response's output item: `prefix` (msg, fc), the response's id and the
+    item's index in the output; unique, and the same whether the response streams or not."""
+    return f"{prefix}_{response_id}_{output_index}"
 
 
 def message_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
@@ -231,7 +239,7 @@ class ResponseEvents:
             if "id" in call:  # a new call opens
                 events += self._close()
                 self.open = function_call_item(
-                    f"fc_{self.response_id}_{len(self.output)}",
+                    output_item_id("fc", self.response_id, len(self.output)),
                     {"id": call["id"], "function": {"name": function.get("name"),
                                                     "arguments": ""}}, "in_progress")
                 events.append(self._added())
@@ -254,7 +262,8 @@ class ResponseEvents:
             "failed", error=message))]
 
     def _open_message(self) -> list[str]:
-        self.open = message_item(f"msg_{self.response_id}", "", "in_progress")
+        self.open = message_item(output_item_id("msg", self.response_id, len(self.output)),
+                                 "", "in_progress")
         return [self._added(), self._event("response.content_part.added", **self._where(),
                                            content_index=0, part=output_text(""))]
 

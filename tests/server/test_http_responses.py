@@ -1,15 +1,21 @@
 """The Responses API (`/v1/responses`) with the official `openai` SDK, on the model that answers
 every chat with one hermes-style tool call (tests/tool_call_model.py): text and function-call
 output items, input items of every supported kind reaching the chat template, the streamed
-event sequence, and a 400 naming each field the server cannot honour or that is malformed
+event sequence, output item ids (unique in a response, the same scheme streamed or not),
+and a 400 naming each field the server cannot honour or that is malformed
 (structured `text.format` itself: tests/server/test_http_structured.py)."""
 
 from __future__ import annotations
+
+import json
 
 import openai
 import pytest
 from tool_call_model import CALL_ARGUMENTS as ARGUMENTS, CALL_TEXT
 
+from engine import CompletionOutput
+from server.openai_responses import ResponseEvents, ResponsesRequest, output_items
+from server.tool_parsers import ParsedOutput, ToolCall
 from test_http_tools import client, model_dir  # noqa: F401  (fixtures: the hermes server)
 
 TOOLS = [{"type": "function", "name": "get_weather", "description": "the weather",
@@ -18,6 +24,11 @@ TOOLS = [{"type": "function", "name": "get_weather", "description": "the weather
 
 def create(client, **body):
     return client.responses.create(model="tiny", temperature=0, max_output_tokens=32, **body)
+
+
+def item_id(event) -> str:
+    """The id of the output item a streamed event is about."""
+    return event.item.id if hasattr(event, "item") else event.item_id
 
 
 def test_a_text_answer_is_one_message_item(client):
@@ -30,6 +41,7 @@ def test_a_text_answer_is_one_message_item(client):
     assert response.output_text == CALL_TEXT
     assert (response.usage.input_tokens, response.usage.output_tokens) == (2, 8)  # hello go
     assert response.id.startswith("resp_")
+    assert item.id == f"msg_{response.id}_0"
 
 
 def test_a_tool_call_is_a_function_call_item(client):
@@ -38,6 +50,7 @@ def test_a_tool_call_is_a_function_call_item(client):
     assert (item.type, item.name, item.arguments, item.status) == (
         "function_call", "get_weather", ARGUMENTS, "completed")
     assert item.call_id.startswith("call_")
+    assert item.id == f"fc_{response.id}_0"
     assert response.usage.input_tokens == 3  # "tools hello go": the tools reached the template
     assert response.tools[0].name == "get_weather"
 
@@ -70,6 +83,7 @@ def test_a_streamed_text_answer_sends_the_api_events(client):
         CALL_TEXT
     assert [e.sequence_number for e in events] == list(range(len(events)))
     assert final.output_text == CALL_TEXT and final.status == "completed"
+    assert {item_id(e) for e in events[2:-1]} == {final.output[0].id} == {f"msg_{final.id}_0"}
 
 
 def test_a_streamed_tool_call_sends_argument_deltas(client):
@@ -87,6 +101,7 @@ def test_a_streamed_tool_call_sends_argument_deltas(client):
                    if e.type == "response.function_call_arguments.delta") == ARGUMENTS
     (item,) = final.output
     assert (item.type, item.arguments) == ("function_call", ARGUMENTS)
+    assert {item_id(e) for e in events[2:-1]} == {item.id} == {f"fc_{final.id}_0"}
 
 
 def test_a_response_cut_by_the_token_limit_is_incomplete(client):
@@ -111,3 +126,50 @@ def test_what_the_server_cannot_honour_is_a_400_naming_it(client, body, param):
     with pytest.raises(openai.BadRequestError) as info:
         client.responses.create(model="tiny", **{"input": "hello", **body})
     assert info.value.body["param"] == param
+
+
+RESPONSE_ID = "resp_call-1"
+CALLS = (ToolCall("call_a", "get_weather", ARGUMENTS), ToolCall("call_b", "get_time", "{}"))
+
+
+def finished(text: str) -> CompletionOutput:
+    return CompletionOutput(call_id="call-1", prompt_token_ids=[1, 2], token_ids=[3],
+                            text=text, finish_reason="stop", num_cached_tokens=0,
+                            num_preemptions=0, queue_seconds=0.0, service_seconds=0.0,
+                            arrival_time=0.0, first_token_time=None, finish_time=0.0)
+
+
+def streamed(*fragments: dict) -> list[dict]:
+    """The payloads of a response's events, streamed as `fragments` (chat deltas)."""
+    events = ResponseEvents(ResponsesRequest(input="hello"), RESPONSE_ID, "tiny", 0)
+    sse = events.start() + [e for f in fragments for e in events.fragment(f)]
+    sse += events.finish(finished(""))
+    return [json.loads(event.split("data: ", 1)[1]) for event in sse]
+
+
+def opened(call: ToolCall) -> list[dict]:
+    """A tool parser's fragments for `call`: its opening, then its arguments."""
+    return [{"tool_calls": [{"index": 0, "id": call.id, "type": "function",
+                             "function": {"name": call.name, "arguments": ""}}]},
+            {"tool_calls": [{"index": 0, "function": {"arguments": call.arguments}}]}]
+
+
+def test_output_item_ids_are_the_same_streamed_or_not():
+    """Text, then two calls: `{msg|fc}_{response id}_{output index}` in the non-streamed
+    output, in every streamed event and in the streamed response.completed."""
+    expected = [f"msg_{RESPONSE_ID}_0", f"fc_{RESPONSE_ID}_1", f"fc_{RESPONSE_ID}_2"]
+    whole = output_items(RESPONSE_ID, finished("ignored"), ParsedOutput("Let me look.", CALLS))
+    assert [item["id"] for item in whole] == expected
+    payloads = streamed({"content": "Let me look."}, *opened(CALLS[0]), *opened(CALLS[1]))
+    assert [p["response"]["output"] for p in payloads if p["type"] == "response.completed"] \
+        == [whole]
+    assert {(p["output_index"], p.get("item_id") or p["item"]["id"])
+            for p in payloads if "output_index" in p} == set(enumerate(expected))
+
+
+def test_two_messages_of_one_streamed_response_have_ids_of_their_own():
+    """Text after a call opens a second message: it gets its own id."""
+    payloads = streamed({"content": "Let me look."}, *opened(CALLS[0]), {"content": "Done."})
+    (completed,) = [p["response"] for p in payloads if p["type"] == "response.completed"]
+    assert [item["id"] for item in completed["output"]] == [
+        f"msg_{RESPONSE_ID}_0", f"fc_{RESPONSE_ID}_1", f"msg_{RESPONSE_ID}_2"]
