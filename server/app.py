@@ -26,6 +26,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from engine import EngineConfig, LLMEngine
+from scheduler.program_inference import ProgramInference
 from server.auth import RouterTrust, TokenAuth
 from server.door_backend import EngineBackend
 from server.engine_loop import EngineLoop
@@ -45,6 +46,8 @@ HANDLER_GRACE = 1.0  # after the engine drained: time for handlers to send their
 MAX_HTTP_CONNECTIONS = 2048
 HEALTH_POLL_SECONDS = 0.5
 MESSAGE_OVERHEAD_BYTES = 1 << 20
+INFER_NEEDS_HTTP = ("infer_programs: infers the programs of the HTTP door's chat requests, so "
+                    "it needs http_port")
 log = logging.getLogger(__name__)
 
 
@@ -66,7 +69,9 @@ class ServeOptions:
     token of the trusted router (server/router/): only a request whose metadata carries it
     (`x-agentix-router-token`) may set a program's priority value. `tool_call_parser`
     (None: off) turns on "auto" tool choice over HTTP and gRPC: chat outputs are parsed into
-    tool calls in that format (`server.tool_parsers`)."""
+    tool calls in that format (`server.tool_parsers`). `infer_programs` (needs `http_port`)
+    has the HTTP door infer the program of a chat request that names none from its
+    messages (server/openai_http.py), for the engine's `program_ttl`."""
 
     host: str = "127.0.0.1"
     port: int | None = 0
@@ -81,10 +86,13 @@ class ServeOptions:
     health_stall_seconds: float = 30.0
     router_token: str | None = field(default=None, repr=False)
     tool_call_parser: str | None = None
+    infer_programs: bool = False
 
     def __post_init__(self) -> None:
         if self.port is None and self.http_port is None:
             raise ValueError("port: serve gRPC, HTTP or both (set port or http_port)")
+        if self.infer_programs and self.http_port is None:
+            raise ValueError(INFER_NEEDS_HTTP)
         for name in ("port", "http_port", "metrics_port"):
             value = getattr(self, name)
             if value is not None and not 0 <= value <= 65535:
@@ -260,7 +268,8 @@ async def _watch_health(engine_loop: EngineLoop, health_servicer: health.aio.Hea
 
 async def _start_all(engine_loop: EngineLoop, prompts: PromptTokenizer,
                      metrics: ServerMetrics, options: ServeOptions,
-                     sockets: dict[str, socket.socket], model_name: str) -> _Services:
+                     sockets: dict[str, socket.socket], model_name: str,
+                     inference: ProgramInference | None) -> _Services:
     auth = TokenAuth(options.auth_tokens) if options.auth_tokens is not None else None
     services = _Services(prompts)
     try:
@@ -271,7 +280,7 @@ async def _start_all(engine_loop: EngineLoop, prompts: PromptTokenizer,
             max_model_len = await engine_loop.run(lambda engine: engine.max_model_len)
             services.http["http"] = HttpServer(
                 build_app(backend, prompts, auth, model_name, max_model_len,
-                          options.tool_call_parser, metrics),
+                          options.tool_call_parser, metrics, inference),
                 sockets["http"])
         if "metrics" in sockets:
             from server.openai_app import build_metrics_app
@@ -327,7 +336,9 @@ def start_server(config: EngineConfig, options: ServeOptions | None = None, **kw
     model_name = options.served_model_name or Path(config.model).name
     try:
         services = asyncio.run_coroutine_threadsafe(
-            _start_all(engine_loop, prompts, metrics, options, sockets, model_name),
+            _start_all(engine_loop, prompts, metrics, options, sockets, model_name,
+                       ProgramInference(config.scheduler.program_ttl)
+                       if options.infer_programs else None),
             loop).result()
     except BaseException:
         for sock in sockets.values():

@@ -122,7 +122,7 @@ def _serve_replicas(args: argparse.Namespace) -> None:
 # `agentix serve` flags a replica child does not get from its parent (it gets its own).
 _PARENT_ONLY = frozenset({"help", "replicas", "placement", "cutoff", "placement_option",
                           "host", "port", "no_grpc", "http_port", "metrics_port",
-                          "router_token_file", "model"})
+                          "router_token_file", "model", "infer_programs"})
 
 
 def _child_serve_args(args: argparse.Namespace, model: str) -> list[str]:
@@ -238,6 +238,7 @@ def _add_serve_parser(sub) -> None:
                        help="seconds calls in flight get to finish on shutdown (a second "
                             "signal exits at once)")
     _add_tool_flags(serve)
+    _add_infer_flag(serve)
     serve.add_argument("--router-token-file", metavar="FILE",
                        help="a file holding the token of a trusted router: only requests "
                             "carrying it (x-agentix-router-token) may set a program's "
@@ -340,6 +341,16 @@ def _add_tool_flags(parser) -> None:
                              f"{', '.join(sorted(TOOL_PARSERS))} (default: none)")
 
 
+def _add_infer_flag(parser) -> None:
+    parser.add_argument("--infer-programs", action="store_true",
+                        help="HTTP (needs --http-port): a chat request naming no program "
+                             "joins the program of the earlier request of its tenant whose "
+                             "messages it extends (within --program-ttl), else starts one "
+                             "ended by TTL; off by default: unrelated conversations that "
+                             "open alike would share a program (README, 'Programs for "
+                             "unmodified chat clients')")
+
+
 def _add_router_parser(sub) -> None:
     router = sub.add_parser("router", formatter_class=_HelpFormatter,
                             help="route agentix.v1.Agentix over running replicas (same API)")
@@ -372,6 +383,7 @@ def _add_router_parser(sub) -> None:
                         help="the replicas' --chat-template, for the HTTP door's chats "
                              "(default: the model's own)")
     _add_tool_flags(router)
+    _add_infer_flag(router)
     router.add_argument("--auth-token-file", metavar="FILE",
                         help="'TOKEN TENANT' lines, the replicas' own file: the router "
                              "authenticates and forwards the client's token (default: off)")

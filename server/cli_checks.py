@@ -42,6 +42,7 @@ def serve_setup(args: argparse.Namespace) -> tuple[EngineConfig, ServeOptions]:
     tokens = _tokens(args.auth_token_file)
     router_token = _router_token(args.router_token_file)
     _check_tool_flags(args)
+    _check_infer_flag(args)
     from server.app import ServeOptions
 
     try:
@@ -52,7 +53,7 @@ def serve_setup(args: argparse.Namespace) -> tuple[EngineConfig, ServeOptions]:
             metrics_tenant_label=args.metrics_tenant_label,
             max_prompt_bytes=args.max_prompt_bytes,
             health_stall_seconds=args.health_stall_seconds, router_token=router_token,
-            tool_call_parser=args.tool_call_parser)
+            tool_call_parser=args.tool_call_parser, infer_programs=args.infer_programs)
     except ValueError as exc:
         raise UsageError(f"serve options: {exc}") from None
     config = engine_config(args, args.model or "")
@@ -103,6 +104,7 @@ def router_setup(args: argparse.Namespace) -> RouterOptions:
     router_token = _router_token(args.router_token_file)
     _check_placement(args.placement, args.cutoff, args.placement_option)
     _check_tool_flags(args)
+    _check_infer_flag(args)
     from scheduler.config import SchedulerConfig
     from server.app import ServeOptions
     from server.router.app import RouterOptions
@@ -115,6 +117,7 @@ def router_setup(args: argparse.Namespace) -> RouterOptions:
             host=args.host, port=args.port, http_port=args.http_port,
             metrics_port=args.metrics_port, model=args.model,
             chat_template=args.chat_template, tool_call_parser=args.tool_call_parser,
+            infer_programs=args.infer_programs,
             served_model_name=args.served_model_name, auth_tokens=tokens,
             router_token=router_token, grace=args.grace, max_prompt_bytes=args.max_prompt_bytes,
             ready_timeout=args.ready_timeout,
@@ -130,6 +133,12 @@ def _check_tool_flags(args: argparse.Namespace) -> None:
     if args.enable_auto_tool_choice != (args.tool_call_parser is not None):
         raise UsageError("--enable-auto-tool-choice and --tool-call-parser go together: "
                          "auto tool choice parses the output with that parser")
+
+
+def _check_infer_flag(args: argparse.Namespace) -> None:
+    if args.infer_programs and args.http_port is None:
+        raise UsageError("--infer-programs: it infers the programs of the HTTP door's chat "
+                         "requests, so it needs --http-port")
 
 
 def replicas_setup(args: argparse.Namespace,
@@ -156,7 +165,7 @@ def replicas_setup(args: argparse.Namespace,
         max_prompt_bytes=options.max_prompt_bytes, http_port=options.http_port,
         metrics_port=options.metrics_port,
         chat_template=config.chat_template, tool_call_parser=options.tool_call_parser,
-        served_model_name=options.served_model_name,
+        infer_programs=options.infer_programs, served_model_name=options.served_model_name,
         scheduler=config.scheduler)  # the replicas' TTL, half-lives and caps
     return local, router
 

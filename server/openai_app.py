@@ -6,6 +6,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 
+from scheduler.program_inference import ProgramInference
 from server.auth import TokenAuth
 from server.door_backend import DoorBackend, EngineBackend
 from server.http_errors import (BodyLimit, error_response, http_error_of,
@@ -20,12 +21,15 @@ BODY_OVERHEAD_BYTES = 64 << 10  # a body's room beyond its prompt
 
 def build_app(backend: DoorBackend, prompts: PromptTokenizer, auth: TokenAuth | None,
               model_name: str, max_model_len: int, tool_call_parser: str | None = None,
-              metrics: ServerMetrics | None = None) -> FastAPI:
+              metrics: ServerMetrics | None = None,
+              inference: ProgramInference | None = None) -> FastAPI:
     """The OpenAI-compatible app (see server/openai_http.py) on `backend`. A request body
     may be up to four times the prompt limit (JSON escapes) plus room for the other fields.
     `tool_call_parser` (a `server.tool_parsers` name; None: off) turns on "auto" tool
-    choice; `metrics` (an EngineBackend's only) serves /metrics."""
-    door = OpenAIDoor(backend, prompts, auth, model_name, max_model_len, tool_call_parser)
+    choice; `metrics` (an EngineBackend's only) serves /metrics; `inference` (None: off)
+    infers the programs of chat requests that name none (`--infer-programs`)."""
+    door = OpenAIDoor(backend, prompts, auth, model_name, max_model_len, tool_call_parser,
+                      inference)
     app = FastAPI(title="Agentix", docs_url=None, redoc_url=None, openapi_url=None)
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=4 * prompts.max_prompt_bytes + BODY_OVERHEAD_BYTES)

@@ -13,7 +13,11 @@ Program identity: the `X-Program-Id` header (alias `X-Session-Id`) or `program_i
 body; an unknown id starts the program, for the bearer token's tenant (TTL expiry ends it).
 No program named: the call gets a one-call program, or with several calls (`n > 1`, batched
 prompts) a program of its own whose threads ATLAS schedules together, ended when the
-request ends. A program a request
+request ends. With `--infer-programs` (`inference`), a chat request that names none and
+whose messages extend an earlier chat request's (same tenant, within the TTL) joins that
+request's program, if it is still alive; else it starts one of its own, for the tenant,
+ended by TTL (`n > 1` keeps the request's own program then); the response's `program_id`
+names it (server/inferred_programs.py, scheduler/program_inference.py). A program a request
 starts (an unknown id, or the n choices' own) gets the class the `X-Program-Class` header or
 `program_class` in the body gives (the header wins; checked like an id, else 400 naming
 `program_class`); a program that exists keeps its class, a one-call program has none.
@@ -38,6 +42,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 
@@ -49,12 +54,14 @@ from engine.errors import UnknownProgramError
 from engine.llm_engine import check_ttft_slo
 from engine.logprobs import TokenLogprob
 from scheduler.ids import check_id
+from scheduler.program_inference import ProgramInference
 from server.auth import AuthError, TokenAuth
 from server.call_stream import StreamDelta
 from server.calls import CallRequest
 from server.door_backend import CallItems, DoorBackend, Headers
 from server.errors import DrainingError
 from server.http_errors import HttpError, http_error_of, sse_error_event
+from server.inferred_programs import chat_items
 from server.merged_streams import merged
 from server.namespace import Namespace, new_id
 from server.openai_echo import Echo, echoed_logprobs, prompt_arrays
@@ -84,9 +91,10 @@ CLIENT_CLOSED_REQUEST = 499     # the status logged for a request whose client w
 class StartedCalls:
     """A request's submitted calls: one stream per choice; `own_program` when the request
     started a program of its own (`program_id`, ended with the request); `named` the
-    program the client named (None: none); `parser` makes the tool parser of the outputs
-    (None: plain text); `headers` are the request's (a router forwards them); `prompt_ids`
-    each call's prompt."""
+    program the client named (None: none); `inferred` when `program_id` is the one
+    `--infer-programs` chose (joined or new; TTL ends it); `parser` makes the tool parser
+    of the outputs (None: plain text); `headers` are the request's (a router forwards
+    them); `prompt_ids` each call's prompt."""
 
     ns: Namespace
     headers: tuple[tuple[str, str], ...]
@@ -96,15 +104,18 @@ class StartedCalls:
     named: str | None
     parser: ParserFactory | None
     prompt_ids: list[list[int]]
+    inferred: bool = False
 
 
 class OpenAIDoor:
-    """The handlers; `auth=None` turns authentication off."""
+    """The handlers; `auth=None` turns authentication off; `inference` (None: off) infers
+    the program of a chat request that names none (`--infer-programs`)."""
 
     def __init__(self, backend: DoorBackend, prompts: PromptTokenizer, auth: TokenAuth | None,
-                 model_name: str, max_model_len: int, tool_call_parser: str | None = None
-                 ) -> None:
+                 model_name: str, max_model_len: int, tool_call_parser: str | None = None,
+                 inference: ProgramInference | None = None) -> None:
         self.tool_call_parser = tool_call_parser
+        self.inference = inference
         self.backend = backend
         self.prompts = prompts
         self.auth = auth
@@ -282,7 +293,8 @@ class OpenAIDoor:
         return JSONResponse(envelope(
             kind, response_id, self.model_name, now_seconds(), choices,
             usage=usage(completions, body.n),
-            program_id=ns.outer(started.program_id) if started.named else ""))
+            program_id=(ns.outer(started.program_id) if started.named or started.inferred
+                        else "")))
 
     async def _logprobs(self, kind: str, entries: list[TokenLogprob] | None,
                         offset: int = 0) -> dict[str, Any] | None:
@@ -308,7 +320,8 @@ class OpenAIDoor:
                      body.program_id)
         program_class = request.headers.get(PROGRAM_CLASS_HEADER, body.program_class)
         try:
-            prompts = [await self.prompts.token_ids(p) for p in prompts_of()]
+            given = prompts_of()
+            prompts = [await self.prompts.token_ids(p) for p in given]
             params = body.sampling_params(body.requested_max_tokens() or self.max_model_len)
             if params.structured is not None and self.prompts is not None:
                 await self.prompts.compile_grammar(params.structured, body.grammar_field())
@@ -322,29 +335,67 @@ class OpenAIDoor:
             raise http_error_of(exc) from None
         calls = [(token_ids, i * body.n + j) for i, token_ids in enumerate(prompts)
                  for j in range(body.n)]
-        own_program = named is None and len(calls) > 1
+        items = chat_items(given) if named is None and self.inference is not None else None
+        joined = None if items is None else self.inference.join(ns.tenant, items,
+                                                                time.monotonic())
+        own_program = named is None and joined is None and len(calls) > 1
+        inferred = items is not None and not own_program
+        if inferred:  # the conversation's program, or a new one (ended by its TTL)
+            program_id = joined or ns.inner("program_id", new_id("prog"))
         headers = tuple(request.headers.items())
         if own_program:
             program_id = ns.inner("program_id", new_id("prog"))
             await self.run(ns, self.backend.start_program(ns, program_id, program_class))
+
+        def requests(program: str | None, start_unknown: bool) -> list[CallRequest]:
+            return [CallRequest(
+                program_id=program, call_id=ns.inner("call_id", new_id("call")),
+                prompt=token_ids, params=for_choice(params, index), tenant=ns.tenant,
+                thread_id=(body.thread_id if len(calls) == 1 else
+                           f"{body.thread_id or 'choice'}-{index}"),
+                expected_tool_seconds=body.expected_tool_seconds,
+                start_unknown=start_unknown, program_class=program_class,
+                ttft_slo_seconds=body.ttft_slo_seconds) for token_ids, index in calls]
+
+        try:
+            program_id, streams = await self.run(ns, self._submit(
+                ns, headers, program_id, joined is not None, requests))
+        except BaseException:
+            await self._end_own(ns, headers, own_program, program_id)
+            raise
+        if inferred:
+            self.inference.record(ns.tenant, items, program_id, time.monotonic())
+        return StartedCalls(ns, headers, streams, own_program, program_id, named, parser,
+                            [token_ids for token_ids, _ in calls], inferred)
+
+    async def _submit(self, ns: Namespace, headers: Headers, program_id: str | None,
+                      joined: bool, requests: Callable[[str | None, bool], list[CallRequest]]
+                      ) -> tuple[str | None, list[CallItems]]:
+        """Submit `requests(program_id, start_unknown)` in order: the program and the
+        streams, or the backend's request error as raised (nothing is left submitted then).
+        A `joined` (inferred) program must be alive; if it has ended since (its TTL, or
+        its client ended it), the calls start a fresh program instead."""
+        try:
+            return program_id, await self._submit_all(ns, headers,
+                                                      requests(program_id, not joined))
+        except UnknownProgramError:
+            if not joined:
+                raise
+        fresh = ns.inner("program_id", new_id("prog"))
+        return fresh, await self._submit_all(ns, headers, requests(fresh, True))
+
+    async def _submit_all(self, ns: Namespace, headers: Headers, calls: list[CallRequest]
+                          ) -> list[CallItems]:
+        """Submit `calls` in order; when one fails, those submitted are cancelled."""
         streams: list[CallItems] = []
         try:
-            for token_ids, index in calls:
-                thread = (body.thread_id if len(calls) == 1 else
-                          f"{body.thread_id or 'choice'}-{index}")
-                streams.append(await self.run(ns, self.backend.submit(ns, CallRequest(
-                    program_id=program_id, call_id=ns.inner("call_id", new_id("call")),
-                    prompt=token_ids, params=for_choice(params, index), tenant=ns.tenant,
-                    thread_id=thread, expected_tool_seconds=body.expected_tool_seconds,
-                    start_unknown=True, program_class=program_class,
-                    ttft_slo_seconds=body.ttft_slo_seconds), headers)))
+            for call in calls:
+                streams.append(await self.backend.submit(ns, call, headers))
         except BaseException:
             for stream in streams:
                 stream.cancel()
-            await self._end_own(ns, headers, own_program, program_id)
             raise
-        return StartedCalls(ns, headers, streams, own_program, program_id, named, parser,
-                            [token_ids for token_ids, _ in calls])
+        return streams
 
     async def finish_calls(self, request: Request, started: StartedCalls
                            ) -> list[CompletionOutput] | None:

@@ -36,9 +36,10 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from scheduler.config import SchedulerConfig
 from scheduler.placement import DEFAULT_CUTOFF, DEFAULT_PLACEMENT
 from scheduler.placement.base import Placement
+from scheduler.program_inference import ProgramInference
 from engine.text_codec import TextCodec
-from server.app import (HANDLER_GRACE, HEALTH_SERVICE_NAME, MESSAGE_OVERHEAD_BYTES,
-                        HttpServer, bind_socket, format_address)
+from server.app import (HANDLER_GRACE, HEALTH_SERVICE_NAME, INFER_NEEDS_HTTP,
+                        MESSAGE_OVERHEAD_BYTES, HttpServer, bind_socket, format_address)
 from server.auth import RouterTrust, TokenAuth
 from server.handlers import add_service
 from server.limits import DEFAULT_DNS_REFRESH_SECONDS, DEFAULT_MAX_PROMPT_BYTES
@@ -75,7 +76,9 @@ class RouterOptions:
     serves the OpenAI door, which needs `model` (its tokenizer renders chats: with
     `chat_template`, the replicas' own), names the model `served_model_name` (default: the
     replicas' model directory's name) and parses tool calls with `tool_call_parser` (None:
-    "auto" tool choice refused). `metrics_port` (None: not served, 0: a free one) serves
+    "auto" tool choice refused); `infer_programs` (needs `http_port`) has it infer the
+    program of a chat request that names none from its messages, for the TTL of
+    `scheduler`. `metrics_port` (None: not served, 0: a free one) serves
     the router's /metrics and /health alone; the OpenAI door serves /metrics too."""
 
     replicas: tuple[str, ...]
@@ -93,6 +96,7 @@ class RouterOptions:
     chat_template: str | None = None
     served_model_name: str | None = None
     tool_call_parser: str | None = None
+    infer_programs: bool = False
     auth_tokens: dict[str, str] | None = field(default=None, repr=False)
     router_token: str | None = field(default=None, repr=False)
     grace: float = 5.0
@@ -121,6 +125,8 @@ class RouterOptions:
                              "template of)")
         if self.tool_call_parser is not None:
             make_tool_parser(self.tool_call_parser)  # ValueError naming the supported ones
+        if self.infer_programs and self.http_port is None:
+            raise ValueError(INFER_NEEDS_HTTP)
         if self.grace < 0:
             raise ValueError(f"grace: must be >= 0, got {self.grace}")
         if not self.ready_timeout >= 0:
@@ -269,9 +275,11 @@ class RunningRouter:
         info = self.router.model_info()
         codec = TextCodec(self.prompts.tokenizer, info.vocab_size, info.max_model_len)
         self._door_prompts = PromptTokenizer(codec, self.options.max_prompt_bytes)
+        inference = (ProgramInference(self.options.scheduler.program_ttl)
+                     if self.options.infer_programs else None)
         app = build_app(RouterBackend(self.servicer), self._door_prompts, self.servicer.auth,
                         self.options.served_model_name or info.model, info.max_model_len,
-                        self.options.tool_call_parser)
+                        self.options.tool_call_parser, inference=inference)
         self.http_address = await self._serve_http("http", add_router_metrics(app,
                                                                               self.router))
 

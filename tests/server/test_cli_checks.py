@@ -128,6 +128,12 @@ def test_no_grpc_without_http_fails_fast(poisoned_dir):
     assert "--no-grpc: an HTTP-only server needs --http-port" in message
 
 
+def test_infer_programs_without_http_fails_fast(poisoned_dir):
+    message, _ = fail("--model", poisoned_dir, "--port", "0", "--infer-programs")
+    assert message.endswith("--infer-programs: it infers the programs of the HTTP door's "
+                            "chat requests, so it needs --http-port\n")
+
+
 def test_help_lists_every_default_and_the_choices(capsys):
     with pytest.raises(SystemExit) as info:
         cli.main(["serve", "--help"])
@@ -199,5 +205,8 @@ def test_no_grpc_serves_http_only(tiny_llama_dir):
     args = cli.build_parser().parse_args(["serve", "--model", tiny_llama_dir, "--no-grpc",
                                           "--http-port", "0"])
     _, options = serve_setup(args)
-    assert (options.port, options.http_port) == (None, 0)
+    assert (options.port, options.http_port, options.infer_programs) == (None, 0, False)
     assert engine_config(args, tiny_llama_dir).model == tiny_llama_dir
+    inferring = cli.build_parser().parse_args(["serve", "--model", tiny_llama_dir, "--no-grpc",
+                                               "--http-port", "0", "--infer-programs"])
+    assert serve_setup(inferring)[1].infer_programs

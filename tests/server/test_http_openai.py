@@ -164,6 +164,14 @@ def test_extra_body_and_header_land_in_one_program(client, http_server):
     http_server.engine_loop.call(lambda engine: engine.check_integrity())
 
 
+def test_without_infer_programs_a_chat_naming_no_program_is_a_one_call_program(client):
+    first = client.chat.completions.create(model="tiny", messages=MESSAGES, **GREEDY)
+    history = [*MESSAGES, {"role": "assistant", "content": first.choices[0].message.content},
+               {"role": "user", "content": "w40"}]
+    second = client.chat.completions.create(model="tiny", messages=history, **GREEDY)
+    assert first.model_extra["program_id"] == "" == second.model_extra["program_id"]
+
+
 def test_program_class_from_the_body_or_the_header_which_wins(client, http_server):
     """An implicitly started program takes its class from the body, or from the
     X-Program-Class header over the body; a program that exists keeps its class."""

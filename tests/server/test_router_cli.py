@@ -57,8 +57,11 @@ def serve_replicas(model_dir: str, *flags: str
 
 
 def test_serve_replicas_serves_and_leaves_no_child_after_sigterm(tiny_llama_dir):
+    # --infer-programs is the router door's: a child given it would refuse to start (it
+    # serves no HTTP).
     process, (address, http_address, metrics_address), children = serve_replicas(
-        tiny_llama_dir, "--http-port", "0", "--served-model-name", "tiny", "--metrics-port", "0")
+        tiny_llama_dir, "--http-port", "0", "--served-model-name", "tiny", "--metrics-port", "0",
+        "--infer-programs")
     try:
         with AgentixClient(address) as client, client.program() as prog:
             engines = []

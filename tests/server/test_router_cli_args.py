@@ -23,6 +23,10 @@ from router_helpers import agentix
     (("router", "--replica", "127.0.0.1:1", "--http-port", "0"), "http_port: the router's "
                                                                   "OpenAI door needs model"),
     (("serve", "--replicas", "0"), "--replicas"),
+    (("router", "--replica", "127.0.0.1:1", "--infer-programs"),
+     "--infer-programs: it infers the programs of the HTTP door's chat requests, so it needs "
+     "--http-port"),
+    (("serve", "--replicas", "2", "--infer-programs"), "--infer-programs: it infers"),
 ])
 def test_bad_arguments_are_one_line_and_status_2(args, message):
     process = agentix(*args)
