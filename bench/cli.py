@@ -20,6 +20,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from bench.sim.baselines import BASELINES
+from bench.sim.client_programs import PROGRAM_IDS
 from bench.sim.cost_model import GPU_PRESETS, MODEL_PRESETS
 from bench.sim.hot_tenant import HOT_PREFIX_TOKENS, hot_tenant
 from bench.sim.metrics import compute_metrics, metrics_by_workload
@@ -144,14 +145,21 @@ def _sim(args: argparse.Namespace) -> None:
     if args.hot_tenant is not None:
         trace = hot_tenant(trace, args.hot_tenant, seed=args.seed)
     multi = _replica_options(args)
-    run = simulate_replicas if multi else simulate
-    result = run(trace, args.policy, preset=args.preset, model=args.model,
-                 engine_overrides=dict(args.set) or None, **multi)
+    if multi and args.program_ids != "explicit":
+        raise SystemExit("agentix bench sim: --program-ids: one engine only (not with "
+                         "--replicas/--placement)")
+    if multi:
+        result = simulate_replicas(trace, args.policy, preset=args.preset, model=args.model,
+                                   engine_overrides=dict(args.set) or None, **multi)
+    else:
+        result = simulate(trace, args.policy, preset=args.preset, model=args.model,
+                          engine_overrides=dict(args.set) or None,
+                          program_ids=args.program_ids)
     metrics = compute_metrics(result.programs)
     summary = {
         "workload": args.workload, "policy": args.policy, "rate": args.rate,
         "programs": args.programs, "seed": args.seed, "overrides": dict(args.set),
-        "hot_tenant": args.hot_tenant,
+        "hot_tenant": args.hot_tenant, "program_ids": args.program_ids,
         "preset": result.preset,
         "model": result.model, **metrics.to_dict(),
         "ttft_p50_s": result.ttft_percentile(50), "ttft_p99_s": result.ttft_percentile(99),
@@ -167,15 +175,22 @@ def _sim(args: argparse.Namespace) -> None:
     summary["by_workload"] = {name: m.to_dict()
                               for name, m in metrics_by_workload(result.programs).items()}
     if multi:
-        summary.update(cutoff=multi["cutoff"], **result.extra)
+        summary["cutoff"] = multi["cutoff"]
+    summary.update(result.extra)  # a multi-replica or an inferred-programs run's figures
     if args.json:
         print(json.dumps(summary))
         return
     tenant = f", hot tenant {args.hot_tenant:g}" if args.hot_tenant is not None else ""
+    ids = f", program ids {args.program_ids}" if args.program_ids != "explicit" else ""
     print(f"{args.workload} x {args.programs} programs at {args.rate}/s "
           f"(seed {args.seed}{tenant}), policy {args.policy}, {result.model} on {result.preset} "
-          f"({result.num_kv_blocks} KV blocks){_replicas_text(multi)}")
+          f"({result.num_kv_blocks} KV blocks){_replicas_text(multi)}{ids}")
     print(f"  programs completed   {metrics.programs_completed}")
+    if "inferred_programs" in result.extra:
+        counts = result.extra["inferred_programs"]
+        print(f"  inferred programs    {counts['programs']} for {counts['calls']} calls: "
+              f"{counts['correct']} in their program, {counts['split']} split off, "
+              f"{counts['false_join']} joined another")
     print(f"  norm latency (s/tok) mean {metrics.mean_norm_latency:.4f}  "
           f"P50 {metrics.p50_norm_latency:.4f}  P95 {metrics.p95_norm_latency:.4f}  "
           f"P99 {metrics.p99_norm_latency:.4f}")
@@ -566,6 +581,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "--set max_preemptions_per_round=0")
     sim.add_argument("--json", action="store_true", help="print one JSON object (with "
                      "--replicas/--placement also cache_hit_rate and per_replica figures)")
+    sim.add_argument("--program-ids", choices=PROGRAM_IDS, default="explicit",
+                     help="how calls get programs: the trace's (explicit), the trace's "
+                          "but never ended (named: ended by TTL), inferred from their "
+                          "prompts as the HTTP door's --infer-programs does (inferred), or "
+                          "none: one-call programs (bench/sim/client_programs.py)")
     sim.add_argument("--hot-tenant", type=_fraction, default=None, metavar="FRACTION",
                      help="make about this fraction of the programs one tenant's, every call "
                           f"starting with the same {HOT_PREFIX_TOKENS:,}-token system prompt "

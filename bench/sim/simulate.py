@@ -35,6 +35,7 @@ from engine.sampling_params import SamplingParams
 from scheduler.config import SchedulerConfig
 
 from bench.sim.baselines import BLOCK_SIZE, engine_config_for
+from bench.sim.client_programs import ClientPrograms
 from bench.sim.cost_model import CostModel
 from bench.sim.metrics import percentile
 from bench.sim.sim_executor import SimulatedExecutor, VirtualClock
@@ -62,7 +63,8 @@ class SimResult:
     """A finished run. Call keys are "program/call"; times are the run's clock (virtual
     seconds in the simulator). `scheduler_stats` is the scheduler's `stats()` at the end.
     `extra`: what a multi-replica run adds (`bench.sim.multi_sim`: placement, cache hit rate,
-    per-replica figures); empty for one engine."""
+    per-replica figures), or an inferred-programs run (`inferred_programs`: its counts, see
+    `bench.sim.client_programs`); else empty."""
 
     policy: str
     preset: str
@@ -196,25 +198,36 @@ class _Program:
 
 def simulate(trace: Trace, policy: str, preset: str = "a100-80g", model: str = "llama-3.1-8b",
              engine_overrides: dict[str, Any] | None = None,
-             cost_model: CostModel | None = None, stop: EarlyStop | None = None) -> SimResult:
+             cost_model: CostModel | None = None, stop: EarlyStop | None = None,
+             program_ids: str = "explicit") -> SimResult:
     """Run `trace` under the named baseline `policy` (`bench.sim.baselines`; a bare scheduler policy
     name also works) on `model` x `preset`, or on an explicit `cost_model` (tests), to the end
-    or to `stop`. Raises ValueError if `stop` names a program not in `trace`, RuntimeError if
-    the engine gets stuck, and KVCacheIntegrityError-like errors if the engine is not clean at
-    the end."""
+    or to `stop`. `program_ids` is how calls get their programs (`bench.sim.client_programs`:
+    the trace's own, inferred from the prompts, or none; an inferred run's counts are the
+    result's `extra["inferred_programs"]`). Raises ValueError if `stop` names a program not in
+    `trace` or the oracle is to run without explicit ids, RuntimeError if the engine gets
+    stuck, and KVCacheIntegrityError-like errors if the engine is not clean at the end."""
     wall_start = time.perf_counter()
     cost = cost_model or CostModel.from_names(preset, model)
     config = sim_engine_config(trace, policy, cost, engine_overrides)
+    use_oracle = config["policy"] == "oracle"
+    if use_oracle and program_ids != "explicit":
+        raise ValueError("program_ids: the oracle knows each program's work in advance, so "
+                         "it needs explicit ids")
     clock = VirtualClock()
     prompts = PromptMaker(cost.model.vocab)
     engine, executor = sim_engine(config, cost, clock, prompts)
-    driver = Driver(engine, clock, cost, prompts,
-                    use_oracle=config["policy"] == "oracle")
+    client = (None if program_ids == "explicit"
+              else ClientPrograms(program_ids, engine.config.scheduler.program_ttl))
+    driver = Driver(engine, clock, cost, prompts, use_oracle=use_oracle, client=client)
     driver.run(trace, stop)
     engine.check_integrity()
-    return run_result(policy, cost.gpu.name, cost.model.name, engine, executor, driver,
-                      end_time=clock(), wall_seconds=time.perf_counter() - wall_start,
-                      num_kv_blocks=config["num_kv_blocks"])
+    result = run_result(policy, cost.gpu.name, cost.model.name, engine, executor, driver,
+                        end_time=clock(), wall_seconds=time.perf_counter() - wall_start,
+                        num_kv_blocks=config["num_kv_blocks"])
+    if client is not None and client.summary() is not None:
+        result.extra["inferred_programs"] = client.summary()
+    return result
 
 
 def sim_engine_config(trace: Trace, policy: str, cost: CostModel,
@@ -286,12 +299,15 @@ class Driver:
     time it was added (`call_start`), its first token came back (`call_first_token`) and it
     finished (`call_finish`), and the gaps between its tokens (`token_gaps`). With an
     `EarlyStop` the loop checks it before each round (an event handled or a step run) and
-    returns once it is due."""
+    returns once it is due. Each trace program is an engine program, started at its arrival
+    and ended with its last call, unless `client` gives each call its program instead."""
 
     def __init__(self, engine: LLMEngine, clock: VirtualClock, cost: CostModel,
-                 prompts: PromptMaker, use_oracle: bool) -> None:
+                 prompts: PromptMaker, use_oracle: bool,
+                 client: ClientPrograms | None = None) -> None:
         self.engine, self.clock, self.cost, self.prompts = engine, clock, cost, prompts
         self.use_oracle = use_oracle
+        self.client = client
         self.events: list[tuple[float, int, _Program, TraceCall | None]] = []
         self.seq = itertools.count()
         self.by_call_id: dict[str, tuple[_Program, TraceCall]] = {}
@@ -365,9 +381,10 @@ class Driver:
         heapq.heappush(self.events, (t, next(self.seq), program, call))
 
     def _start(self, program: _Program) -> None:
-        program.engine_id = self.engine.start_program(program.trace.program_id,
-                                                      oracle_work=self._oracle_work(program),
-                                                      program_class=program.trace.workload)
+        if self.client is None:
+            program.engine_id = self.engine.start_program(
+                program.trace.program_id, oracle_work=self._oracle_work(program),
+                program_class=program.trace.workload)
         self._open(program)
 
     def _oracle_work(self, program: _Program) -> float | None:
@@ -400,17 +417,20 @@ class Driver:
     def _add(self, program: _Program, call: TraceCall) -> None:
         key = f"{program.trace.program_id}/{call.call_id}"
         prompt = self.prompts.prompt(program.index, call, program.trace)
-        self.engine.add_call(program.engine_id, prompt, self._params(call.output_len),
-                             call_id=key)
+        program_id = program.engine_id if self.client is None else self.client.program_of(
+            self.engine, program.index, program.trace, call, prompt, self.clock.now)
+        self.engine.add_call(program_id, prompt, self._params(call.output_len), call_id=key)
         self.by_call_id[key] = (program, call)
         self.call_start[key] = self.clock.now
 
     def _finished(self, call_id: str) -> None:
         completion = self.engine.pop_completion(call_id)
-        if self._completed(call_id, len(completion.token_ids), self.clock.now):
-            self.engine.end_program(self.by_call_id.pop(call_id)[0].engine_id)
-        else:
+        if not self._completed(call_id, len(completion.token_ids), self.clock.now):
             del self.by_call_id[call_id]
+        elif self.client is None:
+            self.engine.end_program(self.by_call_id.pop(call_id)[0].engine_id)
+        else:  # its programs end by TTL
+            self.client.finished(self.by_call_id.pop(call_id)[0].index)
 
     def _completed(self, call_id: str, generated: int, now: float) -> bool:
         """Record a call that finished at `now` with `generated` tokens: push the children
