@@ -308,8 +308,10 @@ class OpenAIDoor:
 
     async def start_calls(self, request: Request, body,
                           prompts_of: Callable[[], list[Prompt]]) -> StartedCalls:
-        """Authenticate, validate and submit a request's calls, `n` per prompt in order
-        (HttpError naming what is wrong; nothing is left submitted then)."""
+        """Authenticate, validate and submit a request's calls, `n` per prompt in order, in
+        the program the request names, else the one `inference` finds or starts (a chat
+        request's; recorded once its calls are in), else a one-call program or the
+        request's own (HttpError naming what is wrong; nothing is left submitted then)."""
         ns = self.namespace(request)
         self.check_model(body.model)
         unsupported = body.unsupported()
