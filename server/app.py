@@ -33,6 +33,7 @@ from server.handlers import add_service
 from server.metrics import ServerMetrics
 from server.limits import DEFAULT_MAX_PROMPT_BYTES
 from server.prompts import PromptTokenizer
+from server.reasoning_parsers import reasoning_parser_class
 from server.reflection import enable_reflection
 from server.signals import StopSignals
 from server.service import SERVICE_NAME, AgentixServicer
@@ -66,7 +67,9 @@ class ServeOptions:
     token of the trusted router (server/router/): only a request whose metadata carries it
     (`x-agentix-router-token`) may set a program's priority value. `tool_call_parser`
     (None: off) turns on "auto" tool choice over HTTP and gRPC: chat outputs are parsed into
-    tool calls in that format (`server.tool_parsers`)."""
+    tool calls in that format (`server.tool_parsers`). `reasoning_parser` (None: off) names
+    the format of the model's reasoning (`server.reasoning_parsers`; carried for the HTTP
+    door, which does not split reasoning out yet)."""
 
     host: str = "127.0.0.1"
     port: int | None = 0
@@ -81,6 +84,7 @@ class ServeOptions:
     health_stall_seconds: float = 30.0
     router_token: str | None = field(default=None, repr=False)
     tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
 
     def __post_init__(self) -> None:
         if self.port is None and self.http_port is None:
@@ -102,6 +106,8 @@ class ServeOptions:
             RouterTrust(self.router_token)  # ValueError for an unusable token
         if self.tool_call_parser is not None:
             make_tool_parser(self.tool_call_parser)  # ValueError naming the supported ones
+        if self.reasoning_parser is not None:
+            reasoning_parser_class(self.reasoning_parser)  # ValueError naming the supported
 
 
 def bind_socket(host: str, port: int) -> socket.socket:

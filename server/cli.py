@@ -20,6 +20,7 @@ from server.cli_checks import (DEFAULT_PLACEMENT, PLACEMENT_NAMES, UsageError, r
 from server.config_flags import (parse_cutoff, parse_override, parse_placement_option,
                                  positive_float)
 from server.limits import DEFAULT_DNS_REFRESH_SECONDS, DEFAULT_MAX_PROMPT_BYTES
+from server.reasoning_parsers import REASONING_PARSERS
 from server.tool_parsers import TOOL_PARSERS
 
 # engine/config.py's DTYPES and engine-only defaults, repeated because `import engine` imports
@@ -238,6 +239,10 @@ def _add_serve_parser(sub) -> None:
                        help="seconds calls in flight get to finish on shutdown (a second "
                             "signal exits at once)")
     _add_tool_flags(serve)
+    serve.add_argument("--reasoning-parser", choices=sorted(REASONING_PARSERS), metavar="NAME",
+                       help="the format reasoning is parsed from (vLLM's names: "
+                            f"{', '.join(sorted(REASONING_PARSERS))}); the model's tokenizer "
+                            "must have its markers as tokens (default: none)")
     serve.add_argument("--router-token-file", metavar="FILE",
                        help="a file holding the token of a trusted router: only requests "
                             "carrying it (x-agentix-router-token) may set a program's "

@@ -1,8 +1,9 @@
 """What `agentix serve` checks before it loads the model. Every bad argument is a `UsageError`
 of one line naming it (the CLI prints it and exits with status 2). The torch-free checks come
 first; then, after `import engine` (which imports torch): the engine config (building one
-loads no weights; it checks the device's form), that the device is present, the ports, and
-the model directory's config.json."""
+loads no weights; it checks the device's form), that the device is present, the ports, the
+model directory's config.json, and with --reasoning-parser that its tokenizer has the
+parser's markers."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def serve_setup(args: argparse.Namespace) -> tuple[EngineConfig, ServeOptions]:
             metrics_tenant_label=args.metrics_tenant_label,
             max_prompt_bytes=args.max_prompt_bytes,
             health_stall_seconds=args.health_stall_seconds, router_token=router_token,
-            tool_call_parser=args.tool_call_parser)
+            tool_call_parser=args.tool_call_parser, reasoning_parser=args.reasoning_parser)
     except ValueError as exc:
         raise UsageError(f"serve options: {exc}") from None
     config = engine_config(args, args.model or "")
@@ -60,9 +61,21 @@ def serve_setup(args: argparse.Namespace) -> tuple[EngineConfig, ServeOptions]:
     _check_ports(options)
     model = args.model or _default_model()
     _read_model_config(model, config.tensor_parallel_size)
+    if args.reasoning_parser is not None:
+        _check_reasoning_parser(args.reasoning_parser, model)
     return dataclasses.replace(config, model=model), options
 
 
+def _check_reasoning_parser(name: str, model: str) -> None:
+    """The model's tokenizer has reasoning parser `name`'s markers (reads the tokenizer only,
+    no weights)."""
+    from engine.tokenizer import load_tokenizer
+    from server.reasoning_parsers.vocabulary import check_vocabulary
+
+    try:
+        check_vocabulary(name, load_tokenizer(Path(model)))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--reasoning-parser: {exc}") from None
 
 
 def _router_token(path: str | None) -> str | None:

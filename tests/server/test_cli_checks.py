@@ -116,6 +116,10 @@ def test_a_taken_port_fails_before_the_model_loads(floor, poisoned_dir):
     (["--set", "ttft_slo_tokens=5"], "--set ttft_slo_tokens: it has a flag of its own"),
     (["--device", "cuda", "--tensor-parallel-size", "2"], "--device: cuda with "
                                                           "--tensor-parallel-size 2 needs"),
+    (["--reasoning-parser", "qwen"], "argument --reasoning-parser: invalid choice: 'qwen'"),
+    (["--reasoning-parser", "qwen3"], "--reasoning-parser: reasoning parser 'qwen3' needs "
+                                      "'<think>' as one token, and the model's vocabulary has "
+                                      "no such token"),
 ])
 def test_bad_arguments_fail_before_the_model_loads(floor, poisoned_dir, flags, expected):
     message, seconds = fail("--model", poisoned_dir, "--port", "0", *flags)
@@ -193,6 +197,22 @@ def test_serve_sets_a_first_token_deadline_in_tokens_by_default(tiny_llama_dir):
     assert deadline("--ttft-slo-tokens", "0") == (None, None)
     assert deadline("--ttft-slo-tokens", "512") == (512, None)
     assert deadline("--set", "ttft_slo_seconds=0.5") == (2048, 0.5)  # seconds win (scheduler)
+
+
+def test_a_reasoning_parser_whose_markers_the_tokenizer_has_reaches_the_options(
+        tiny_llama_dir, tmp_path):
+    from transformers import AutoTokenizer
+
+    shutil.copytree(tiny_llama_dir, tmp_path, dirs_exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama_dir)
+    tokenizer.add_tokens(["<think>", "</think>"])
+    tokenizer.save_pretrained(tmp_path)
+    for name in ("qwen3", "deepseek_r1"):
+        args = cli.build_parser().parse_args(["serve", "--model", str(tmp_path), "--port", "0",
+                                              "--reasoning-parser", name])
+        assert serve_setup(args)[1].reasoning_parser == name
+    args = cli.build_parser().parse_args(["serve", "--model", str(tmp_path), "--port", "0"])
+    assert serve_setup(args)[1].reasoning_parser is None
 
 
 def test_no_grpc_serves_http_only(tiny_llama_dir):
