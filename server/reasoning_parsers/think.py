@@ -11,10 +11,13 @@ content text. With markers missing:
   content;
 - an empty block (`<think>\\n\\n</think>\\n\\nHi`, Qwen3 with thinking off): no reasoning, the
   content after it with its whitespace (`"\\n\\nHi"`);
-- text before a leading `<think>` stays reasoning (vLLM's non-streamed split drops it; its
-  streamed one keeps it).
+- text before a `<think>` stays reasoning (as vLLM streams it; vLLM's deepseek_r1 drops it
+  from a whole output, which no stream could match without holding all of it back).
 
-Tool-call markup (`<tool_call>`) inside the reasoning is reasoning text.
+Tool-call markup (`<tool_call>`) inside the reasoning is reasoning text: unlike vLLM's
+qwen3, a `<tool_call>` does not end an unclosed reasoning (its implicit end, for Qwen3.5's
+XML calls). And the output is always taken to start inside the reasoning, as vLLM's qwen3
+does unless a request's `chat_template_kwargs` turn thinking off (not supported here).
 """
 
 from __future__ import annotations
