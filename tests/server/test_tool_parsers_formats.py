@@ -1,4 +1,5 @@
-"""The `llama3_json` and `pythonic` tool-call formats: exact parses and exact stream fragments."""
+"""The `llama3_json` and `pythonic` tool-call formats: exact parses and exact stream fragments,
+a call opening once its name is known and its arguments streaming as they are written."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def test_llama3_one_call():
     ]
 
 
-def test_llama3_tag_and_two_calls_each_sent_when_its_object_closes():
+def test_llama3_tag_and_two_calls_each_opened_once_its_name_is_known():
     text = f"<|python_tag|>{F}; {G}"
     assert make("llama3_json").parse(text) == ParsedOutput(
         None, (ToolCall("call_0", "f", '{"a": 1}'), ToolCall("call_1", "g", '{"b": "ü"}'))
@@ -35,8 +36,10 @@ def test_llama3_tag_and_two_calls_each_sent_when_its_object_closes():
         call_arguments(0, '{"a": 1}'),
     ]
     assert parser.feed("; ") == []
-    assert parser.feed(G[:-1]) == []
-    assert parser.feed(G[-1]) == [call_opening(1, "call_1", "g"), call_arguments(1, '{"b": "ü"}')]
+    assert parser.feed('{"name": "g"') == [call_opening(1, "call_1", "g")]
+    assert parser.feed(', "arguments": {"b": "') == [call_arguments(1, '{"b": "')]
+    assert parser.feed('ü"}') == [call_arguments(1, 'ü"}')]
+    assert parser.feed("}") == []
     assert parser.finish() == []
 
 
@@ -57,16 +60,42 @@ def test_llama3_content_before_a_call_makes_it_all_content():
     assert stream(make("llama3_json"), [text]) == [{"content": text}]
 
 
-def test_llama3_malformed_json_is_content():
-    text = '{"name": "f", "parameters": {"a": }}'
+def test_llama3_malformed_json_before_the_name_is_content():
+    text = '{"parameters": {"a": }, "name": "f"}'
     assert make("llama3_json").parse(text) == ParsedOutput(text, ())
     parser = make("llama3_json")
     assert parser.feed(text) == [{"content": text}]
     assert parser.finish() == []
 
 
-def test_llama3_unterminated_object_is_held_then_content():
-    text = '<|python_tag|>{"name": "f", "parameters": {"a": 1}'
+def test_llama3_malformed_arguments_after_the_name_pass_through_raw():
+    text = '{"name": "f", "parameters": {"a": }}; {"name": "g", "parameters": {}}'
+    assert make("llama3_json").parse(text) == ParsedOutput(
+        None, (ToolCall("call_0", "f", '{"a": }'), ToolCall("call_1", "g", "{}"))
+    )
+    parser = make("llama3_json")
+    assert parser.feed('{"name": "f", "parameters": {"a": ') == [
+        call_opening(0, "call_0", "f"),
+        call_arguments(0, '{"a": '),
+    ]
+    assert parser.feed("}") == [call_arguments(0, "}")]
+
+
+def test_llama3_unterminated_object_is_a_call_with_the_arguments_so_far():
+    text = '<|python_tag|>{"name": "f", "parameters": {"a": 1, "b": "x'
+    assert make("llama3_json").parse(text) == ParsedOutput(
+        None, (ToolCall("call_0", "f", '{"a": 1, "b": "x'),)
+    )
+    parser = make("llama3_json")
+    assert parser.feed(text) == [
+        call_opening(0, "call_0", "f"),
+        call_arguments(0, '{"a": 1, "b": "x'),
+    ]
+    assert parser.finish() == []
+
+
+def test_llama3_object_cut_before_its_name_is_held_then_content():
+    text = '<|python_tag|>{"parameters": {"a": 1}, "na'
     assert make("llama3_json").parse(text) == ParsedOutput(text, ())
     parser = make("llama3_json")
     assert parser.feed(text) == []
@@ -92,7 +121,7 @@ def test_llama3_text_after_a_call_is_content_from_the_separator():
         (" ;", None),
         (";;", ";;"),
         (" " + G, " " + G),  # a second call must follow a `;`
-        ("; " + G[:-1], "; " + G[:-1]),
+        ('; {"name', '; {"name'),
         ('; {"answer": 42}', '; {"answer": 42}'),
     ],
 )
@@ -106,9 +135,7 @@ def test_llama3_what_follows_a_call(rest, content):
     "text",
     [
         '{"answer": 42}',
-        '{"name": "f", "parameters": {}, "arguments": {}}',
-        '{"name": "f", "parameters": [1]}',
-        '{"name": "f", "parameters": {"x": 1e999}}',
+        '{"name": "", "parameters": {}}',
         "<|python_tag|>",
         "<|python",
         '<|python_tag|>brave_search.call(query="x")',
@@ -118,6 +145,23 @@ def test_llama3_what_follows_a_call(rest, content):
 )
 def test_llama3_output_that_does_not_start_with_a_call_is_content(text):
     assert make("llama3_json").parse(text) == ParsedOutput(text or None, ())
+
+
+@pytest.mark.parametrize(
+    ("text", "arguments"),
+    [
+        ('{"name": "f", "parameters": {}, "arguments": {"a": 1}}', "{}"),
+        ('{"name": "f", "arguments": {"a": 1}, "parameters": {}}', '{"a": 1}'),
+        ('{"name": "f", "parameters": [1]}', "[1]"),
+        ('{"name": "f", "parameters": {"x": 1e999}}', '{"x": 1e999}'),
+        ('{"name": "f"}', "{}"),
+    ],
+)
+def test_llama3_object_is_a_call_once_its_name_is_known(text, arguments):
+    """The first arguments key counts; arguments not a JSON object pass through raw."""
+    assert make("llama3_json").parse(text) == ParsedOutput(
+        None, (ToolCall("call_0", "f", arguments),)
+    )
 
 
 def test_llama3_braces_inside_strings_do_not_end_the_object():
