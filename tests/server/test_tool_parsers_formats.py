@@ -171,18 +171,20 @@ def test_llama3_braces_inside_strings_do_not_end_the_object():
     )
 
 
-def test_pythonic_one_call_is_sent_at_finish():
+def test_pythonic_call_opens_at_its_paren_and_streams_argument_by_argument():
     text = '[get_weather(city="Paris", unit="c")]'
     assert make("pythonic").parse(text) == ParsedOutput(
         None, (ToolCall("call_0", "get_weather", '{"city": "Paris", "unit": "c"}'),)
     )
     parser = make("pythonic")
-    assert parser.feed("[get_weather(") == []
-    assert parser.feed('city="Paris", unit="c")]') == []
-    assert parser.finish() == [
-        call_opening(0, "call_0", "get_weather"),
-        call_arguments(0, '{"city": "Paris", "unit": "c"}'),
-    ]
+    assert parser.feed("[get_weather") == []
+    assert parser.feed("(") == [call_opening(0, "call_0", "get_weather")]
+    assert parser.feed('city="Par') == []
+    assert parser.feed('is", ') == [call_arguments(0, '{"city": "Paris"')]
+    assert parser.feed('unit="c"') == []
+    assert parser.feed(")") == [call_arguments(0, ', "unit": "c"}')]
+    assert parser.feed("]") == []
+    assert parser.finish() == []
 
 
 def test_pythonic_two_calls_with_every_literal_kind():
@@ -211,39 +213,64 @@ def test_pythonic_content_before_a_call_makes_it_all_content():
     assert make("pythonic").parse(text) == ParsedOutput(text, ())
 
 
-def test_pythonic_text_starting_with_a_bracket_is_held_to_the_end():
+def test_pythonic_text_starting_with_a_bracket_is_content_once_no_call_can_open():
     parser = make("pythonic")
-    assert parser.feed("[1] foot") == []
-    assert parser.feed("note") == []
-    assert parser.finish() == [{"content": "[1] footnote"}]
+    assert parser.feed(" [") == []
+    assert parser.feed("f") == []
+    assert parser.feed("oo bar") == [{"content": " [foo bar"}]
+    assert parser.feed("]") == [{"content": "]"}]
+    assert parser.finish() == []
 
 
 @pytest.mark.parametrize(
     "text",
     [
-        "[f(1)]",
-        "[f(x=1, x=2)]",
-        "[f(**kw)]",
-        "[f(x=y)]",
         "[a.b(x=1)]",
-        "[f(x=(1, 2))]",
-        "[f(x={1, 2})]",
-        "[f(x={1: 2})]",
-        "[f(x=b'1')]",
-        "[f(x=1j)]",
-        "[f(x=1e999)]",
-        "[f(x=float('nan'))]",
-        "[f(x={[1]: 2})]",
+        "[None(x=1)]",
         "[]",
-        "[f(x=1)",
-        "[f(x=1)] trailing",
-        "[f(x=1)]; [g()]",
+        "[1] footnote",
         "f(x=1)",
         "[" * 500 + "]" * 500,
     ],
 )
-def test_pythonic_output_not_a_list_of_literal_calls_is_content(text):
+def test_pythonic_output_that_does_not_begin_with_a_call_is_content(text):
     assert make("pythonic").parse(text) == ParsedOutput(text, ())
+
+
+@pytest.mark.parametrize(
+    ("text", "content", "arguments"),
+    [
+        ("[f(1)]", None, "1"),
+        ("[f(x=1, x=2)]", None, '{"x": 1, "x": 2}'),
+        ("[f(**kw)]", None, "**kw"),
+        ("[f(x=y)]", None, "x=y"),
+        ("[f(x=(1, 2))]", None, "x=(1, 2)"),
+        ("[f(x={1, 2})]", None, "x={1, 2}"),
+        ("[f(x={1: 2})]", None, "x={1: 2}"),
+        ("[f(x=b'1')]", None, "x=b'1'"),
+        ("[f(x=1j)]", None, "x=1j"),
+        ("[f(x=1e999)]", None, "x=1e999"),
+        ("[f(x=float('nan'))]", None, "x=float('nan')"),
+        ("[f(x={[1]: 2})]", None, "x={[1]: 2}"),
+        ("[f(a=1, b=y, c=2)]", None, '{"a": 1, b=y, c=2'),
+        ("[f(a=1,)]", None, '{"a": 1}'),
+        ("[f(x='''a'b,)''', y=\"c)\\\"\")]", None, '{"x": "a\'b,)", "y": "c)\\""}'),
+        ("[f(x=1)", None, '{"x": 1}'),
+        ("[f(x=1, y=[2", None, '{"x": 1'),
+        ("[f(x=1),", None, '{"x": 1}'),
+        ("[f(x=1)] trailing", " trailing", '{"x": 1}'),
+        ("[f(x=1)]; [g()]", "; [g()]", '{"x": 1}'),
+        ("[f(x=1) g()]", " g()]", '{"x": 1}'),
+        ("[f(x=1), 3]", ", 3]", '{"x": 1}'),
+    ],
+)
+def test_pythonic_call_stays_a_call_once_open(text, content, arguments):
+    """An argument that is no keyword literal: the rest of the list passes through raw; an
+    output cut inside a call: the arguments complete so far; text that does not go on to a
+    call: content from just past the last `)`, or after the `]`."""
+    assert make("pythonic").parse(text) == ParsedOutput(
+        content, (ToolCall("call_0", "f", arguments),)
+    )
 
 
 def test_pythonic_unicode_arguments():
