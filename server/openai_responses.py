@@ -11,8 +11,10 @@ tool parser on the server, as for chat); an item's id is `msg_` or `fc_`, the re
 and the item's output index, streamed or not. Streaming sends the API's typed events, each with
 its `sequence_number`: response.created, response.in_progress, then per output item
 output_item.added, (content_part.added, output_text.delta..., output_text.done,
-content_part.done | function_call_arguments.delta, function_call_arguments.done),
-output_item.done, and response.completed (or response.incomplete when cut by length).
+content_part.done | function_call_arguments.delta... as the arguments are written,
+function_call_arguments.done with them whole), output_item.done, and response.completed (or
+response.incomplete when cut by length: a function_call that is the last item, the call
+being written when the limit cut it, is then "incomplete" too, with its partial arguments).
 
 Stateless: no response is stored, so `previous_response_id` (send the whole conversation in
 `input` instead), `background` and tools other than functions are refused with a 400 naming
@@ -142,7 +144,8 @@ def _text(content: Any, i: int) -> str | list[dict[str, str]]:
 
 def output_items(response_id: str, completion: CompletionOutput,
                  parsed: ParsedOutput | None) -> list[dict[str, Any]]:
-    """The response's output: a message with the text (if any), then the tool calls."""
+    """The response's output: a message with the text (if any), then the tool calls (the
+    last one "incomplete" when the token limit cut the output)."""
     text = completion.text if parsed is None else parsed.content
     items: list[dict[str, Any]] = []
     if text or parsed is None or not parsed.tool_calls:
@@ -150,6 +153,8 @@ def output_items(response_id: str, completion: CompletionOutput,
     for call in parsed.tool_calls if parsed is not None else ():
         items.append(function_call_item(output_item_id("fc", response_id, len(items)),
                                         call.to_openai()))
+    if items[-1]["type"] == "function_call":
+        items[-1]["status"] = final_status(completion)
     return items
 
 
@@ -250,10 +255,10 @@ class ResponseEvents:
         return events
 
     def finish(self, completion: CompletionOutput) -> list[str]:
-        events = self._close()
+        status = final_status(completion)
+        events = self._close(status)
         if not self.output:  # no output at all: still one (empty) message
             events += self._open_message() + self._close()
-        status = final_status(completion)
         return events + [self._event(f"response.{status}", response=self._response(
             status, response_usage(completion)))]
 
@@ -274,8 +279,9 @@ class ResponseEvents:
         return self._event("response.output_item.added", output_index=len(self.output),
                            item=dict(self.open))
 
-    def _close(self) -> list[str]:
-        """Finish the open item (if any): its done events, then it joins the output."""
+    def _close(self, call_status: str = "completed") -> list[str]:
+        """Finish the open item (if any): its done events, then it joins the output; a
+        function call's status is `call_status` (incomplete: the token limit cut it)."""
         if self.open is None:
             return []
         item, where, text = self.open, self._where(), self.text
@@ -286,7 +292,7 @@ class ResponseEvents:
                       self._event("response.content_part.done", **where, content_index=0,
                                   part=output_text(text))]
         else:
-            done = {**item, "arguments": text, "status": "completed"}
+            done = {**item, "arguments": text, "status": call_status}
             events = [self._event("response.function_call_arguments.done", **where,
                                   arguments=text)]
         events.append(self._event("response.output_item.done", output_index=where[
