@@ -182,13 +182,15 @@ def test_a_named_function_is_called_with_arguments_of_its_schema(client):
     assert_valid_calls([call], ("pick",))
     content, calls, finishes = streamed_chat(client, tools=TOOLS, tool_choice=NAMED)
     assert (content, finishes[-1]) == ("", "tool_calls")
-    # the call is held to the end, then sent as OpenAI's two deltas: opening, arguments
-    opening, arguments = calls
+    # the call opens at once, then its arguments stream as the model writes them
+    opening, *arguments = calls
     assert (opening.index, opening.type, opening.function.name, opening.function.arguments) \
         == (0, "function", "pick", "")
     assert opening.id.startswith("call_")
-    assert (arguments.index, arguments.id, arguments.function.arguments) == \
-        (0, None, call.function.arguments)
+    assert len(arguments) > 1 and all(a.function.arguments for a in arguments)
+    assert {(a.index, a.id, a.type, a.function.name) for a in arguments} == \
+        {(0, None, None, None)}
+    assert "".join(a.function.arguments for a in arguments) == call.function.arguments
 
 
 def test_a_forced_call_wins_over_response_format(client):
@@ -225,6 +227,33 @@ def test_required_calls_offered_functions_with_valid_arguments(client, parallel)
                         for c in choice.message.tool_calls]
 
 
+def test_a_forced_call_cut_by_max_tokens_is_a_call_with_the_arguments_so_far(client):
+    """The token limit one byte short of the whole call: a tool call (never content) whose
+    arguments lack only the closing brace, finish_reason "length", streamed or not; on the
+    Responses API an incomplete response whose function_call item is incomplete."""
+    whole = create(client, tools=TOOLS, tool_choice=NAMED)
+    (call,) = whole.choices[0].message.tool_calls
+    raw = compact(json.loads(call.function.arguments))  # as the grammar spells it
+    assert whole.usage.completion_tokens == len(raw)  # one token per byte
+    cut = create(client, tools=TOOLS, tool_choice=NAMED, max_tokens=len(raw) - 1).choices[0]
+    assert (cut.finish_reason, cut.message.content) == ("length", None)
+    (partial,) = cut.message.tool_calls
+    assert (partial.function.name, partial.function.arguments) == \
+        ("pick", call.function.arguments[:-1])
+    content, calls, finishes = streamed_chat(client, tools=TOOLS, tool_choice=NAMED,
+                                             max_tokens=len(raw) - 1)
+    assert (content, joined_calls(calls), finishes[-1]) == \
+        ("", [("pick", call.function.arguments[:-1])], "length")
+    response = respond(client, tools=FLAT_TOOLS, tool_choice={"type": "function",
+                                                              "name": "pick"},
+                       max_output_tokens=len(raw) - 1)
+    (item,) = response.output
+    assert (response.status, response.incomplete_details.reason) == \
+        ("incomplete", "max_output_tokens")
+    assert (item.type, item.status, item.arguments) == \
+        ("function_call", "incomplete", call.function.arguments[:-1])
+
+
 # ----- the Responses API --------------------------------------------------------------
 
 TEXT_FORMAT = {"format": {"type": "json_schema", "name": "pick", "schema": PICK,
@@ -232,8 +261,8 @@ TEXT_FORMAT = {"format": {"type": "json_schema", "name": "pick", "schema": PICK,
 
 
 def respond(client, **body):
-    return client.responses.create(model="tiny", input="hi", temperature=0,
-                                   max_output_tokens=MAX_TOKENS, **body)
+    body = {"temperature": 0, "max_output_tokens": MAX_TOKENS, **body}
+    return client.responses.create(model="tiny", input="hi", **body)
 
 
 def test_responses_text_format_json_schema(client):
