@@ -18,6 +18,7 @@ import openai
 import pytest
 from grpc_helpers import server_config, wait_idle
 from structured_schemas import FLAG, PICK, SCHEMAS
+from tool_parser_helpers import joined_calls
 
 from server.app import start_server
 
@@ -86,16 +87,6 @@ def streamed_chat(client, prompt: str = "hi", **body) -> tuple[str, list, list[s
     content = "".join(d.content or "" for d in deltas)
     calls = [call for d in deltas for call in d.tool_calls or ()]
     return content, calls, [c.choices[0].finish_reason for c in chunks if c.choices]
-
-
-def joined_calls(deltas) -> list[tuple[str, str]]:
-    """(name, arguments) of each streamed call, its argument deltas joined, by index."""
-    calls: dict[int, list[str]] = {}
-    for delta in deltas:
-        name, arguments = calls.setdefault(delta.index, ["", ""])
-        calls[delta.index] = [name + (delta.function.name or ""),
-                              arguments + (delta.function.arguments or "")]
-    return [tuple(calls[i]) for i in sorted(calls)]
 
 
 def assert_valid_calls(calls, names: tuple[str, ...]) -> None:
