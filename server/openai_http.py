@@ -22,7 +22,9 @@ do an assistant message's `tool_calls` and a tool message's `tool_call_id` and `
 `tool_choice` "auto" (or unset) the server must parse tool calls (`tool_call_parser`, vLLM's
 `--enable-auto-tool-choice --tool-call-parser NAME`; else 400 naming `tool_choice`): each
 choice's output becomes `message.tool_calls` (finish_reason "tool_calls") and content, or
-streams as tool-call deltas; `parallel_tool_calls: false` keeps the first call. A forced
+streams as tool-call deltas (a call opens once its name is known, its arguments stream as
+written); a call the token limit cut has its arguments so far (finish_reason "length");
+`parallel_tool_calls: false` keeps the first call. A forced
 `tool_choice` ("required", a named function) and `response_format` are constrained decoding
 (`server.openai_structured`, `server.tool_parsers.forced`).
 `ttft_slo_seconds` in the body is the first-token deadline of each call the request makes
