@@ -13,13 +13,10 @@ ignored (their values read like any value).
 from __future__ import annotations
 
 import json
-import re
 from enum import Enum
 
-from server.tool_parsers.canonical_json import CanonicalJson
+from server.tool_parsers.canonical_json import CanonicalJson, skip_space
 from server.tool_parsers.raw_value import RawValue
-
-_SPACE = re.compile(r"[ \t\n\r]*")
 
 
 class _Expect(Enum):
@@ -107,7 +104,7 @@ class CallObject:
         self._expect = _Expect.NEXT
 
     def _structure(self, text: str, at: int, end: int) -> int:
-        at = _SPACE.match(text, at, end).end()
+        at = skip_space(text, at, end)
         if at == end:
             return at
         char, expect = text[at], self._expect

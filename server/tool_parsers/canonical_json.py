@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from enum import Enum
+from collections.abc import Callable
 from typing import Any
 
 from server.tool_parsers.raw_value import RawValue
@@ -69,30 +69,24 @@ def _number_text(token: str) -> str | None:
     return repr(value) if math.isfinite(value) else None
 
 
-class _Expect(Enum):
-    VALUE = "value"
-    FIRST_VALUE = "first_value"  # just after `[`: a value or `]`
-    FIRST_KEY = "first_key"  # just after `{`: a key or `}`
-    KEY = "key"
-    COLON = "colon"
-    NEXT = "next"  # after a value in a container: `,` or its closer
-    STRING = "string"
-    ESCAPE = "escape"
-    NUMBER = "number"
-    LITERAL = "literal"
+Reader = Callable[[str, int, int, list[str]], int]  # a state: reads on from `at`
 
 
 class CanonicalJson:
     """One JSON value (an object when `want_object`: any other value is then not valid),
     fed in pieces by `feed`; `text` is the canonical text so far, `done` whether the value
     has ended, `valid` whether it has all been valid JSON, and `tail()` what a cut there
-    adds (the raw text of an unfinished number, literal or escape)."""
+    adds (the raw text of an unfinished number, literal or escape).
+
+    Its state is the method that reads what comes next (`_read`), each taking the text, the
+    index to read from, the end, and the list the canonical text goes to, and returning the
+    index reached."""
 
     def __init__(self, want_object: bool = False) -> None:
         self.want_object = want_object
         self.text = ""
         self.done = False
-        self._expect = _Expect.VALUE
+        self._read: Reader = self._value
         self._stack: list[str] = []  # the open containers, "{" or "["
         self._key = False  # the string being read is a key
         self._held = ""  # raw text of the token being read (number, literal, escape)
@@ -113,79 +107,100 @@ class CanonicalJson:
         end = len(text) if end is None else end
         out: list[str] = []
         while at < end and not self.done:
-            at = self._step(text, at, end, out)
+            at = self._read(text, at, end, out)
         if out:
             self.text += "".join(out)
         return at
 
-    def _step(self, text: str, at: int, end: int, out: list[str]) -> int:
-        if self._raw is not None:
-            at = self._raw.feed(text, at, end, out)
-            self.done = self._raw.done
-            return at
-        expect = self._expect
-        if expect is _Expect.STRING:
-            return self._string(text, at, end, out)
-        if expect is _Expect.ESCAPE:
-            return self._escape(text, at, out)
-        if expect is _Expect.NUMBER:
-            return self._number(text, at, end, out)
-        if expect is _Expect.LITERAL:
-            return self._literal(text, at, out)
-        at = _SPACE.match(text, at, end).end()
+    # ----- structure: whitespace first, then one character ----------------------------
+    def _value(self, text: str, at: int, end: int, out: list[str]) -> int:
+        at = skip_space(text, at, end)
         if at == end:
             return at
-        char = text[at]
-        if expect is _Expect.COLON:
-            if char != ":":
-                return self._fail(at, out)
-            out.append(": ")
-            self._expect = _Expect.VALUE
-        elif expect is _Expect.NEXT:
-            if char == ",":
-                out.append(", ")
-                self._expect = _Expect.KEY if self._stack[-1] == "{" else _Expect.VALUE
-            elif char == _CLOSER[self._stack[-1]]:
-                self._close(out)
-            else:
-                return self._fail(at, out)
-        elif expect in (_Expect.KEY, _Expect.FIRST_KEY):
-            if char == '"':
-                self._open_string(True, out)
-            elif char == "}" and expect is _Expect.FIRST_KEY:
-                self._close(out)
-            else:
-                return self._fail(at, out)
-        elif char == "]" and expect is _Expect.FIRST_VALUE:
-            self._close(out)
-        else:
-            return self._value(text, at, end, out)
-        return at + 1
-
-    def _value(self, text: str, at: int, end: int, out: list[str]) -> int:
         char = text[at]
         if self.want_object and not self._stack and char != "{":
             return self._fail(at, out)
         if char in _CLOSER:
             self._stack.append(char)
             out.append(char)
-            self._expect = _Expect.FIRST_KEY if char == "{" else _Expect.FIRST_VALUE
+            self._read = self._first_key if char == "{" else self._first_value
         elif char == '"':
             self._open_string(False, out)
         elif char == "-" or "0" <= char <= "9":
-            self._expect = _Expect.NUMBER
+            self._read = self._number
             return at  # the number reads it
         elif char in _LITERALS:
             self._held = char
-            self._expect = _Expect.LITERAL
+            self._read = self._literal
         else:
             return self._fail(at, out)
         return at + 1
 
+    def _first_value(self, text: str, at: int, end: int, out: list[str]) -> int:
+        """Just after `[`: a value or `]`."""
+        at = skip_space(text, at, end)
+        if at < end and text[at] == "]":
+            self._close(out)
+            return at + 1
+        return self._value(text, at, end, out)
+
+    def _first_key(self, text: str, at: int, end: int, out: list[str]) -> int:
+        """Just after `{`: a key or `}`."""
+        at = skip_space(text, at, end)
+        if at < end and text[at] == "}":
+            self._close(out)
+            return at + 1
+        return self._key_start(text, at, end, out)
+
+    def _key_start(self, text: str, at: int, end: int, out: list[str]) -> int:
+        at = skip_space(text, at, end)
+        if at == end:
+            return at
+        if text[at] != '"':
+            return self._fail(at, out)
+        self._open_string(True, out)
+        return at + 1
+
+    def _colon(self, text: str, at: int, end: int, out: list[str]) -> int:
+        at = skip_space(text, at, end)
+        if at == end:
+            return at
+        if text[at] != ":":
+            return self._fail(at, out)
+        out.append(": ")
+        self._read = self._value
+        return at + 1
+
+    def _next(self, text: str, at: int, end: int, out: list[str]) -> int:
+        """After a value in a container: `,` or the container's closer."""
+        at = skip_space(text, at, end)
+        if at == end:
+            return at
+        char = text[at]
+        if char == ",":
+            out.append(", ")
+            self._read = self._key_start if self._stack[-1] == "{" else self._value
+        elif char == _CLOSER[self._stack[-1]]:
+            self._close(out)
+        else:
+            return self._fail(at, out)
+        return at + 1
+
+    def _close(self, out: list[str]) -> None:
+        out.append(_CLOSER[self._stack.pop()])
+        self._after_value()
+
+    def _after_value(self) -> None:
+        if self._stack:
+            self._read = self._next
+        else:
+            self.done = True
+
+    # ----- tokens -----------------------------------------------------------------------
     def _open_string(self, key: bool, out: list[str]) -> None:
         out.append('"')
         self._key = key
-        self._expect = _Expect.STRING
+        self._read = self._string
 
     def _string(self, text: str, at: int, end: int, out: list[str]) -> int:
         if self._high and text[at] != "\\":
@@ -198,19 +213,19 @@ class CanonicalJson:
         if char == '"':
             out.append('"')
             if self._key:
-                self._expect = _Expect.COLON
+                self._read = self._colon
             else:
                 self._after_value()
         elif char == "\\":
             self._held = char
-            self._expect = _Expect.ESCAPE
+            self._read = self._escape
         elif char < " ":
             return self._fail(at, out)
         else:
             out.append(_escaped(char))  # a surrogate character
         return at + 1
 
-    def _escape(self, text: str, at: int, out: list[str]) -> int:
+    def _escape(self, text: str, at: int, end: int, out: list[str]) -> int:
         char = text[at]
         held = self._held + char
         if len(held) == 2 and char != "u":
@@ -219,7 +234,7 @@ class CanonicalJson:
             self._flush_high(out)
             out.append(_escaped(_SIMPLE_ESCAPES[char]))
             self._held = ""
-            self._expect = _Expect.STRING
+            self._read = self._string
             return at + 1
         if len(held) > 2 and char not in _HEX:
             return self._fail(at, out)
@@ -228,7 +243,7 @@ class CanonicalJson:
             return at + 1
         code = int(held[2:], 16)
         self._held = ""
-        self._expect = _Expect.STRING
+        self._read = self._string
         if self._high:
             high = int(self._high[2:], 16)
             if 0xDC00 <= code <= 0xDFFF:
@@ -261,7 +276,7 @@ class CanonicalJson:
         self._after_value()
         return run.end()
 
-    def _literal(self, text: str, at: int, out: list[str]) -> int:
+    def _literal(self, text: str, at: int, end: int, out: list[str]) -> int:
         word = _LITERALS[self._held[0]]
         if text[at] != word[len(self._held)]:
             return self._fail(at, out)
@@ -272,24 +287,30 @@ class CanonicalJson:
             self._after_value()
         return at + 1
 
-    def _close(self, out: list[str]) -> None:
-        out.append(_CLOSER[self._stack.pop()])
-        self._after_value()
-
-    def _after_value(self) -> None:
-        if self._stack:
-            self._expect = _Expect.NEXT
-        else:
-            self.done = True
-
+    # ----- not JSON ---------------------------------------------------------------------
     def _fail(self, at: int, out: list[str]) -> int:
-        """The character at `at` is not valid JSON here: the held raw text and the rest of the value
-        pass through from now on; return `at` (the raw pass reads on from there)."""
+        """The character at `at` is not valid JSON here: the held raw text and the rest of
+        the value pass through from now on; return `at` (the raw pass reads on from there)."""
         braces = bool(self._stack) and self._stack[0] == "{"
-        in_string = self._expect in (_Expect.STRING, _Expect.ESCAPE)
+        in_string = self._read in (self._string, self._escape)
         self._raw = RawValue(self._stack.count("{") if braces else len(self._stack),
                              brackets=not braces, in_string=in_string)
+        self._read = self._passed_raw
         held, self._high, self._held = self._high + self._held, "", ""
         self._raw.feed(held, 0, len(held), out)
         self.done = self._raw.done
         return at
+
+    def _passed_raw(self, text: str, at: int, end: int, out: list[str]) -> int:
+        assert self._raw is not None
+        at = self._raw.feed(text, at, end, out)
+        self.done = self._raw.done
+        return at
+
+
+def skip_space(text: str, at: int, end: int) -> int:
+    """The index of the first character in `text[at:end]` that is not JSON whitespace (or
+    `end`)."""
+    if at < end and text[at] in " \t\n\r":
+        return _SPACE.match(text, at, end).end()
+    return at

@@ -15,7 +15,6 @@ content.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from enum import Enum
 from typing import Any
@@ -23,11 +22,10 @@ from typing import Any
 from engine.structured.spec import StructuredOutput
 from server.tool_parsers.base import FunctionCall, PartialCall, Piece, ToolParser, new_call_id
 from server.tool_parsers.call_object import CallObject
-from server.tool_parsers.canonical_json import CanonicalJson
+from server.tool_parsers.canonical_json import CanonicalJson, skip_space
 
 ANY_ARGUMENTS: dict[str, Any] = {"type": "object"}
 ARGUMENT_KEYS = ("parameters",)
-_SPACE = re.compile(r"[ \t\n\r]*")
 
 
 def tool_functions(tools: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -117,7 +115,7 @@ class ForcedCallParser(ToolParser):
                         pieces.append(PartialCall(name, self._call.arguments))
                     return pieces, at
                 continue
-            at = _SPACE.match(text, at).end()
+            at = skip_space(text, at, len(text))
             if at == len(text):
                 return pieces, at
             self._array = _after(self._array, text[at])
