@@ -1,14 +1,15 @@
 """Errors the engine raises for bad requests (ValueError or KeyError subclasses),
-ProgramLimitError for a full engine, and StepFailedError for a step that raised, so a
-caller can map them to status codes without parsing messages."""
+ProgramLimitError for a full engine, StepFailedError for a step that raised and
+EngineBrokenError for an engine that can step no more, so a caller can map them to status
+codes without parsing messages."""
 
 from __future__ import annotations
 
 from scheduler.ids import short
 from scheduler.process_table import ProgramExistsError, ProgramLimitError, UnknownProgramError
 
-__all__ = ["DuplicateCallError", "ProgramExistsError", "ProgramLimitError", "StepFailedError",
-           "UnknownProgramError"]
+__all__ = ["DuplicateCallError", "EngineBrokenError", "ProgramExistsError", "ProgramLimitError",
+           "StepFailedError", "UnknownProgramError"]
 
 
 class DuplicateCallError(ValueError):
@@ -22,7 +23,7 @@ class StepFailedError(RuntimeError):
     """A step raised after it was planned (in the executor, or applying its result); the
     original exception is `cause` (and `__cause__`), named in the message. The calls the step named (`call_ids`) have finished
     with reason "error" and released all their blocks; every other call is untouched, and
-    the engine can go on stepping."""
+    the engine can go on stepping, unless `cause` is an EngineBrokenError."""
 
     def __init__(self, call_ids: list[str], cause: BaseException) -> None:
         super().__init__(call_ids, cause)
@@ -32,3 +33,10 @@ class StepFailedError(RuntimeError):
     def __str__(self) -> str:
         return (f"step failed ({type(self.cause).__name__}: {self.cause}); "
                 f"{len(self.call_ids)} call(s) in it failed")
+
+
+class EngineBrokenError(RuntimeError):
+    """The engine's executor can run no more steps (a tensor-parallel worker died, or a step
+    failed and left the ranks out of step): every later step raises it again, with the same
+    message naming what broke. Terminal: the engine is to be closed and replaced. A step
+    that meets it raises StepFailedError with it as the `cause`."""

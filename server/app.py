@@ -7,8 +7,9 @@ for, the OpenAI-compatible HTTP server and a metrics-only HTTP server (uvicorn).
     running.stop()          # NOT_SERVING, drain (grace), abort the rest, stop
 
 Health reports SERVING for "" and "agentix.v1.Agentix" from when the model is loaded until
-shutdown starts. Health, reflection and /metrics need no token; the Agentix service and the
-OpenAI endpoints do when auth is on.
+shutdown starts, except while the engine is stalled and, for good, once it broke (a
+tensor-parallel worker died). Health, reflection and /metrics need no token; the Agentix
+service and the OpenAI endpoints do when auth is on.
 """
 
 from __future__ import annotations
@@ -242,17 +243,18 @@ async def _start_grpc(engine_loop: EngineLoop, prompts: PromptTokenizer,
 
 async def _watch_health(engine_loop: EngineLoop, health_servicer: health.aio.HealthServicer
                         ) -> None:
-    """Health follows the engine's heartbeat: NOT_SERVING while it is stalled, SERVING
-    again once it makes progress (until draining, which sets NOT_SERVING for good)."""
+    """Health follows the engine (`EngineLoop.unavailable`): NOT_SERVING while it is
+    stalled, SERVING again once it makes progress; NOT_SERVING for good once it broke or
+    draining began."""
     serving = True
     while not engine_loop.draining:
-        if engine_loop.stalled() == serving:
-            serving = not serving
+        why = engine_loop.unavailable()
+        if (why is None) != serving:
+            serving = why is None
             status = (health_pb2.HealthCheckResponse.SERVING if serving
                       else health_pb2.HealthCheckResponse.NOT_SERVING)
             if not serving:
-                log.error("engine stalled: no progress for %g s with work in flight",
-                          engine_loop.stall_seconds)
+                log.error("engine not serving: %s", why)
             for service in ("", SERVICE_NAME):
                 await health_servicer.set(service, status)
         await asyncio.sleep(HEALTH_POLL_SECONDS)

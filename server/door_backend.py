@@ -63,10 +63,7 @@ class EngineBackend:
     def unavailable(self) -> str | None:
         if self.loop.draining:
             return "the server is shutting down"
-        if self.loop.stalled():
-            return (f"the engine has made no progress for {self.loop.stall_seconds:g} s "
-                    f"while it has work")
-        return None
+        return self.loop.unavailable()
 
     async def submit(self, ns: Namespace, call: CallRequest, headers: Headers
                      ) -> CallStream:

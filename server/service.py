@@ -6,7 +6,9 @@ error comes back as an exception and becomes a status (server.errors.status_of):
 INVALID_ARGUMENT naming the field, NOT_FOUND for an unknown or ended program (or another
 tenant's: with auth on, ids live in the caller's namespace, server/namespace.py),
 ALREADY_EXISTS for a taken id, RESOURCE_EXHAUSTED at a bound, UNAVAILABLE while draining
-(a call cut by the drain ends with finish reason "shutdown", then UNAVAILABLE: retry it),
+(a call cut by the drain ends with finish reason "shutdown", then UNAVAILABLE: retry it)
+and once the engine broke (a tensor-parallel worker died: a call in flight ends with
+UNAVAILABLE naming it, and so is every later call refused; health is NOT_SERVING),
 UNAUTHENTICATED with auth on, PERMISSION_DENIED for a `program_priority` not sent by the
 trusted router (server.auth.RouterTrust; without a router token no one may set it). A
 Generate stream whose client goes away (cancel, deadline, disconnect) aborts its call, which
@@ -21,6 +23,7 @@ from typing import AsyncIterator, Callable, NoReturn, TypeVar
 import grpc
 
 from engine import LLMEngine
+from engine.errors import EngineBrokenError
 from engine.llm_engine import check_ttft_slo
 from scheduler.ids import check_id
 from server import agentix_pb2 as pb
@@ -28,7 +31,7 @@ from server import calls, convert
 from server.auth import RouterTrust, TokenAuth
 from server.call_stream import StreamDelta
 from server.engine_loop import EngineLoop
-from server.errors import DrainingError, UnreadStreamError, abort_for
+from server.errors import UnreadStreamError, abort_for
 from server.namespace import Namespace, caller_namespace, new_id
 from server.prompts import PromptTokenizer
 from server.tool_parsers import make_tool_parser
@@ -90,8 +93,7 @@ class AgentixServicer:
                                        request.program_id or new_id("prog"))
 
         def start(engine: LLMEngine) -> str:
-            if self.loop.draining:
-                raise DrainingError("the server is shutting down: no new programs")
+            self.loop.refuse_new_work()
             return engine.start_program(program_id, tenant, program_class=program_class)
 
         started = await self._run(context, ns, start)
@@ -161,7 +163,9 @@ class AgentixServicer:
                 if item.completion.finish_reason == SHUTDOWN:
                     await context.abort(grpc.StatusCode.UNAVAILABLE,
                                         "the server is shutting down: this call was cut; retry it")
-        except UnreadStreamError as exc:  # the client stopped reading (server.call_stream)
+        except (UnreadStreamError, EngineBrokenError) as exc:
+            # The client stopped reading (server.call_stream), or the engine broke under
+            # the call (UNAVAILABLE: retry elsewhere).
             await abort_for(context, exc)
         finally:
             stream.cancel()  # the client went away before the final item: abort the call
