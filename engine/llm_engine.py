@@ -283,8 +283,12 @@ class LLMEngine:
         try:
             self.scheduler.update(plan, result.tokens, now, result.swap_seconds, sampled)
             for item in sampled:
-                outputs.append(self._record(item, self._final_reason(item),
-                                            logprobs.get(item.call.call_id), now))
+                call, reason = item.call, item.finish_reason
+                # A stop string counts even on the last token (the scheduler said LENGTH).
+                if (reason != FinishReason.STOP and call.params.stop
+                        and self._cut_stop_string(call)):
+                    reason = FinishReason.STOP
+                outputs.append(self._record(item, reason, logprobs.get(call.call_id), now))
         except Exception:
             self._keep_finished(outputs, sampled[len(outputs):], logprobs, now)
             raise
@@ -295,14 +299,6 @@ class LLMEngine:
         self.counters.generation_tokens += len(sampled)
         outputs, self._ended = self._ended + outputs, []
         return outputs
-
-    def _final_reason(self, item: SampledToken) -> str | None:
-        """Why `item`'s token ends its call: the scheduler's reason, or STOP for a stop string
-        it completes (even on the last allowed token, where the scheduler said LENGTH)."""
-        reason, call = item.finish_reason, item.call
-        if reason != FinishReason.STOP and call.params.stop and self._cut_stop_string(call):
-            return FinishReason.STOP
-        return reason
 
     def _record(self, item: SampledToken, reason: str | None, logprob: TokenLogprob | None,
                 now: float) -> StepOutput:
@@ -323,10 +319,10 @@ class LLMEngine:
 
     def _keep_finished(self, recorded: list[StepOutput], unrecorded: list[SampledToken],
                        logprobs: dict[str, TokenLogprob], now: float) -> None:
-        """`apply` is raising: every call the step finished before keeps that finish, and
-        its final output comes with the next step. Those `recorded` already as they are; of
-        the `unrecorded` tokens, those the scheduler ended a call with (its reason: their
-        stop strings are not scanned) are recorded now, unless one raised in recording."""
+        """`apply` is raising: the calls the step finished keep that finish, their final
+        outputs coming with the next step: the `recorded` ones as they are, and those the
+        scheduler ended with an `unrecorded` token recorded now with its reason (their stop
+        strings are not scanned), but for one whose recording itself raised."""
         self._ended.extend(out for out in recorded if out.finished)
         for item in unrecorded:
             if item.record is not None and item.call.finish_reason is None:
