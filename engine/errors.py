@@ -21,9 +21,11 @@ class DuplicateCallError(ValueError):
 
 class StepFailedError(RuntimeError):
     """A step raised after it was planned (in the executor, or applying its result); the
-    original exception is `cause` (and `__cause__`), named in the message. The calls the step named (`call_ids`) have finished
-    with reason "error" and released all their blocks; every other call is untouched, and
-    the engine can go on stepping, unless `cause` is an EngineBrokenError."""
+    original exception is `cause` (and `__cause__`), named in the message. The calls the
+    step named and had not finished (`call_ids`) have finished with reason "error" and
+    released all their blocks; those it had finished (a stop, a length limit) keep that
+    finish. The final outputs of both come with the next step. Every other call is
+    untouched, and the engine can go on stepping, unless `cause` is an EngineBrokenError."""
 
     def __init__(self, call_ids: list[str], cause: BaseException) -> None:
         super().__init__(call_ids, cause)
