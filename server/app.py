@@ -34,6 +34,7 @@ from server.handlers import add_service
 from server.metrics import ServerMetrics
 from server.limits import DEFAULT_MAX_PROMPT_BYTES
 from server.prompts import PromptTokenizer
+from server.response_store import ResponseLimits, ResponseStore
 from server.reflection import enable_reflection
 from server.signals import StopSignals
 from server.service import SERVICE_NAME, AgentixServicer
@@ -67,7 +68,8 @@ class ServeOptions:
     token of the trusted router (server/router/): only a request whose metadata carries it
     (`x-agentix-router-token`) may set a program's priority value. `tool_call_parser`
     (None: off) turns on "auto" tool choice over HTTP and gRPC: chat outputs are parsed into
-    tool calls in that format (`server.tool_parsers`)."""
+    tool calls in that format (`server.tool_parsers`). `responses` bounds the stored
+    Responses of the HTTP door (server/response_store.py)."""
 
     host: str = "127.0.0.1"
     port: int | None = 0
@@ -82,6 +84,7 @@ class ServeOptions:
     health_stall_seconds: float = 30.0
     router_token: str | None = field(default=None, repr=False)
     tool_call_parser: str | None = None
+    responses: ResponseLimits = ResponseLimits()
 
     def __post_init__(self) -> None:
         if self.port is None and self.http_port is None:
@@ -270,9 +273,11 @@ async def _start_all(engine_loop: EngineLoop, prompts: PromptTokenizer,
         if "http" in sockets:
             from server.openai_app import build_app
 
-            max_model_len = await engine_loop.run(lambda engine: engine.max_model_len)
+            max_model_len, program_ttl = await engine_loop.run(
+                lambda engine: (engine.max_model_len, engine.config.scheduler.program_ttl))
             services.http["http"] = HttpServer(
                 build_app(backend, prompts, auth, model_name, max_model_len,
+                          ResponseStore(options.responses, program_ttl),
                           options.tool_call_parser, metrics),
                 sockets["http"])
         if "metrics" in sockets:

@@ -19,7 +19,8 @@ from server.cli_checks import (DEFAULT_PLACEMENT, PLACEMENT_NAMES, UsageError, r
                                router_setup, serve_setup)
 from server.config_flags import (parse_cutoff, parse_override, parse_placement_option,
                                  positive_float)
-from server.limits import DEFAULT_DNS_REFRESH_SECONDS, DEFAULT_MAX_PROMPT_BYTES
+from server.limits import (DEFAULT_DNS_REFRESH_SECONDS, DEFAULT_MAX_PROMPT_BYTES,
+                           DEFAULT_RESPONSES_MAX_BYTES, DEFAULT_RESPONSES_PER_TENANT)
 from server.tool_parsers import TOOL_PARSERS
 
 # engine/config.py's DTYPES and engine-only defaults, repeated because `import engine` imports
@@ -228,6 +229,7 @@ def _add_serve_parser(sub) -> None:
     serve.add_argument("--max-prompt-bytes", type=int, default=DEFAULT_MAX_PROMPT_BYTES,
                        metavar="N", help="a text prompt larger than this (UTF-8) is refused "
                                          "before it is tokenized")
+    _add_responses_flags(serve)
     serve.add_argument("--health-stall-seconds", type=positive_float, default=30.0,
                        metavar="S", help="health turns NOT_SERVING when the engine has work "
                                          "and makes no progress for this long")
@@ -340,6 +342,22 @@ def _add_tool_flags(parser) -> None:
                              f"{', '.join(sorted(TOOL_PARSERS))} (default: none)")
 
 
+def _add_responses_flags(parser) -> None:
+    """The bounds of the HTTP door's stored Responses (server/response_store.py)."""
+    parser.add_argument("--responses-per-tenant", type=_positive_int,
+                        default=DEFAULT_RESPONSES_PER_TENANT, metavar="N",
+                        help="HTTP: stored Responses per tenant; storing one more evicts the "
+                             "tenant's least recently used")
+    parser.add_argument("--responses-max-bytes", type=_positive_int,
+                        default=DEFAULT_RESPONSES_MAX_BYTES, metavar="N",
+                        help="HTTP: stored Responses in all, as JSON bytes; past it the least "
+                             "recently used are evicted")
+    parser.add_argument("--responses-ttl", type=positive_float, metavar="S",
+                        help="HTTP: seconds a stored response lives after its last use "
+                             "(default: --program-ttl, so a chain and its program expire "
+                             "together)")
+
+
 def _add_router_parser(sub) -> None:
     router = sub.add_parser("router", formatter_class=_HelpFormatter,
                             help="route agentix.v1.Agentix over running replicas (same API)")
@@ -380,6 +398,7 @@ def _add_router_parser(sub) -> None:
                              "with every call so they accept its priority value")
     router.add_argument("--max-prompt-bytes", type=int, default=DEFAULT_MAX_PROMPT_BYTES,
                         metavar="N", help="a text prompt larger than this is refused")
+    _add_responses_flags(router)
     router.add_argument("--program-ttl", type=float, default=SCHEDULER.program_ttl,
                         metavar="S", help="seconds an idle program lives before it expires")
     router.add_argument("--grace", type=float, default=5.0, metavar="S",

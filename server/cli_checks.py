@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Callable
 if TYPE_CHECKING:
     from engine import EngineConfig
     from server.app import ServeOptions
+    from server.response_store import ResponseLimits
     from server.router.app import RouterOptions
     from server.router.spawn import LocalReplicas
 
@@ -52,7 +53,7 @@ def serve_setup(args: argparse.Namespace) -> tuple[EngineConfig, ServeOptions]:
             metrics_tenant_label=args.metrics_tenant_label,
             max_prompt_bytes=args.max_prompt_bytes,
             health_stall_seconds=args.health_stall_seconds, router_token=router_token,
-            tool_call_parser=args.tool_call_parser)
+            tool_call_parser=args.tool_call_parser, responses=_response_limits(args))
     except ValueError as exc:
         raise UsageError(f"serve options: {exc}") from None
     config = engine_config(args, args.model or "")
@@ -117,13 +118,21 @@ def router_setup(args: argparse.Namespace) -> RouterOptions:
             chat_template=args.chat_template, tool_call_parser=args.tool_call_parser,
             served_model_name=args.served_model_name, auth_tokens=tokens,
             router_token=router_token, grace=args.grace, max_prompt_bytes=args.max_prompt_bytes,
-            ready_timeout=args.ready_timeout,
+            ready_timeout=args.ready_timeout, responses=_response_limits(args),
             scheduler=SchedulerConfig(program_ttl=args.program_ttl))
     except ValueError as exc:
         raise UsageError(f"router options: {exc}") from None
     _check_ports(ServeOptions(host=args.host, port=args.port, http_port=args.http_port,
                               metrics_port=args.metrics_port))
     return options
+
+
+def _response_limits(args: argparse.Namespace) -> ResponseLimits:
+    """The stored Responses' bounds of the --responses-* flags (argparse checked them)."""
+    from server.response_store import ResponseLimits
+
+    return ResponseLimits(args.responses_per_tenant, args.responses_max_bytes,
+                          args.responses_ttl)
 
 
 def _check_tool_flags(args: argparse.Namespace) -> None:
@@ -156,7 +165,7 @@ def replicas_setup(args: argparse.Namespace,
         max_prompt_bytes=options.max_prompt_bytes, http_port=options.http_port,
         metrics_port=options.metrics_port,
         chat_template=config.chat_template, tool_call_parser=options.tool_call_parser,
-        served_model_name=options.served_model_name,
+        served_model_name=options.served_model_name, responses=options.responses,
         scheduler=config.scheduler)  # the replicas' TTL, half-lives and caps
     return local, router
 

@@ -44,6 +44,7 @@ from server.handlers import add_service
 from server.limits import DEFAULT_DNS_REFRESH_SECONDS, DEFAULT_MAX_PROMPT_BYTES
 from server.prompts import PromptTokenizer
 from server.reflection import enable_reflection
+from server.response_store import ResponseLimits, ResponseStore
 from server.router.core import Router
 from server.router.discovery import Discovery, Resolver, parse_dns_name, resolve_dns
 from server.router.programs import RouterPrograms
@@ -75,7 +76,8 @@ class RouterOptions:
     serves the OpenAI door, which needs `model` (its tokenizer renders chats: with
     `chat_template`, the replicas' own), names the model `served_model_name` (default: the
     replicas' model directory's name) and parses tool calls with `tool_call_parser` (None:
-    "auto" tool choice refused). `metrics_port` (None: not served, 0: a free one) serves
+    "auto" tool choice refused) and keeps stored Responses within `responses` (TTL default:
+    `scheduler`'s program TTL). `metrics_port` (None: not served, 0: a free one) serves
     the router's /metrics and /health alone; the OpenAI door serves /metrics too."""
 
     replicas: tuple[str, ...]
@@ -93,6 +95,7 @@ class RouterOptions:
     chat_template: str | None = None
     served_model_name: str | None = None
     tool_call_parser: str | None = None
+    responses: ResponseLimits = ResponseLimits()
     auth_tokens: dict[str, str] | None = field(default=None, repr=False)
     router_token: str | None = field(default=None, repr=False)
     grace: float = 5.0
@@ -271,6 +274,8 @@ class RunningRouter:
         self._door_prompts = PromptTokenizer(codec, self.options.max_prompt_bytes)
         app = build_app(RouterBackend(self.servicer), self._door_prompts, self.servicer.auth,
                         self.options.served_model_name or info.model, info.max_model_len,
+                        ResponseStore(self.options.responses,
+                                      self.options.scheduler.program_ttl),
                         self.options.tool_call_parser)
         self.http_address = await self._serve_http("http", add_router_metrics(app,
                                                                               self.router))
