@@ -62,7 +62,8 @@ LIVENESS_SERVICE = "liveness"  # health name that is SERVING while the router ru
 @dataclass(frozen=True)
 class RouterOptions:
     """A router's replicas (HOST:PORT, in index order) and/or `replicas_dns` names (NAME:PORT,
-    re-resolved every `dns_refresh_seconds` by `resolver`: server.router.discovery),
+    re-resolved every `dns_refresh_seconds` by `resolver`: server.router.discovery; the
+    `replicas` stay whatever they resolve to),
     placement policy (a registered name,
     see scheduler.placement, with its `cutoff` and its `placement_options`, (name, value)
     pairs; or a Placement object), where it listens,

@@ -91,8 +91,8 @@ class RoutedCall:
 class Router:
     """See the module docstring. `tokens` (token -> tenant) is the auth token file, None
     with auth off; `router_token` is sent to the replicas with every forwarded call.
-    `discovered`: the replica set comes from `set_addresses` (DNS discovery), so it may
-    start empty.
+    `discovered`: the replica set also follows `set_addresses` (DNS discovery), so it may
+    start empty; `addresses` are static replicas then, which it never removes.
 
     A replica's index is its slot in `replicas`, which never shrinks: a retired replica's
     slot is taken by the next new address once its channel is closed."""
@@ -112,6 +112,7 @@ class Router:
             self._tenant_tokens.setdefault(tenant, token)
         self._own = (("authorization", f"Bearer {next(iter(tokens))}"),) if tokens else ()
         self._poll_seconds = poll_seconds
+        self._static = tuple(addresses)
         self.replicas = [self._replica(i, address) for i, address in enumerate(addresses)]
         self.calls: dict[str, RoutedCall] = {}  # inner call id -> in flight
         # Failover counters: calls retried transparently (nothing streamed yet), and calls
@@ -154,12 +155,13 @@ class Router:
                 replica.start()
 
     async def set_addresses(self, addresses: Sequence[str]) -> None:
-        """Make the replica set exactly `addresses` (the first MAX_REPLICAS, in order):
-        replicas no longer named retire (no new call; calls in flight go on), retired ones
-        with no call left are closed, named ones not in the set join: a retired replica of
-        the same address rejoins, else a new one takes the first closed slot or a new
-        index. Joining replicas take calls from their first SERVING answer."""
-        wanted = list(dict.fromkeys(addresses))
+        """Make the replica set the static replicas (the router's own `addresses`, never
+        removed) followed by the discovered `addresses` (the first MAX_REPLICAS of both, in
+        order): replicas no longer named retire (no new call; calls in flight go on),
+        retired ones with no call left are closed, named ones not in the set join: a
+        retired replica of the same address rejoins, else a new one takes the first closed
+        slot or a new index. Joining replicas take calls from their first SERVING answer."""
+        wanted = list(dict.fromkeys((*self._static, *addresses)))
         if len(wanted) > MAX_REPLICAS:
             log.warning("discovery: %d replicas, routing to the first %d", len(wanted),
                         MAX_REPLICAS)
