@@ -51,22 +51,35 @@ class CallPhase(enum.Enum):
     FORWARDED = "forwarded"  # forwarded; nothing relayed yet, so it may still be retried
     STREAMING = "streaming"  # part of it reached the client: never retried from here
     DONE = "done"            # its final message was relayed
+    ABORTED = "aborted"      # ended here by the client's Abort, with no replica's final
 
 
 PHASE_MOVES = {
-    CallPhase.PLACING: {CallPhase.STARTING, CallPhase.FORWARDED},
-    CallPhase.STARTING: {CallPhase.FORWARDED, CallPhase.PLACING},
-    CallPhase.FORWARDED: {CallPhase.STREAMING, CallPhase.DONE, CallPhase.PLACING},
-    CallPhase.STREAMING: {CallPhase.STREAMING, CallPhase.DONE},
+    CallPhase.PLACING: {CallPhase.PLACING, CallPhase.STARTING, CallPhase.FORWARDED,
+                        CallPhase.ABORTED},
+    CallPhase.STARTING: {CallPhase.FORWARDED, CallPhase.PLACING, CallPhase.ABORTED},
+    CallPhase.FORWARDED: {CallPhase.STREAMING, CallPhase.DONE, CallPhase.PLACING,
+                          CallPhase.ABORTED},
+    CallPhase.STREAMING: {CallPhase.STREAMING, CallPhase.DONE, CallPhase.ABORTED},
     CallPhase.DONE: set(),
+    CallPhase.ABORTED: set(),
 }
+# The moves that put a call on a replica: an aborted call makes none of them.
+TOWARDS_A_REPLICA = frozenset({CallPhase.PLACING, CallPhase.STARTING, CallPhase.FORWARDED})
+
+
+class CallAborted(Exception):
+    """The client aborted the call before it was (again) on a replica: it is now ABORTED."""
 
 
 @dataclass(eq=False)
 class RoutedCall:
     """A call in flight through the router: its `phase`, the replica it was last placed on,
     its current attempt (None between attempts), its final message once relayed, and
-    whether the client aborted it."""
+    whether the client aborted it.
+
+    The relay moves the phase; an Abort only marks the call (`abort()`), and the relay's
+    next move reads the mark, so an Abort between any two awaits takes effect."""
 
     call_id: str
     phase: CallPhase = CallPhase.PLACING
@@ -81,11 +94,25 @@ class RoutedCall:
         return self.phase in (CallPhase.STREAMING, CallPhase.DONE)
 
     def move(self, phase: CallPhase) -> None:
-        """Go to `phase`; RuntimeError (a router bug) for a move PHASE_MOVES does not allow."""
+        """Go to `phase`; RuntimeError (a router bug) for a move PHASE_MOVES does not allow.
+        An aborted call's move towards a replica (TOWARDS_A_REPLICA) goes to ABORTED
+        instead and raises CallAborted: it is never (again) placed, started or forwarded."""
         if phase not in PHASE_MOVES[self.phase]:
             raise RuntimeError(f"call {self.call_id}: {self.phase.value} -> {phase.value} "
                                f"is not a call's move")
+        if self.aborted and phase in TOWARDS_A_REPLICA:
+            self.phase = CallPhase.ABORTED
+            raise CallAborted(self.call_id)
         self.phase = phase
+
+    def abort(self) -> bool:
+        """The client's Abort: False when it has ended or was aborted already; else it is
+        marked (see `move`) and, when it is on a replica (`attempt`), the caller aborts it
+        there."""
+        if self.aborted or self.phase in (CallPhase.DONE, CallPhase.ABORTED):
+            return False
+        self.aborted = True
+        return True
 
 
 class Router:

@@ -6,8 +6,10 @@ placed there, and ended on every replica it was started on. `ProgramInfo.engine`
 replica (index in `--replica` order) of the program's latest call; `swap_time` is summed
 from the replicas when the program ends. Generate places and relays (generate.py), with the
 client's fields as sent: `ttft_slo_seconds` (checked here first) counts from the call's
-arrival on the replica that runs it, so a transparent retry starts it afresh. Abort is
-routed to the replica that has the call. ModelInfo is a replica's. EngineStats sums the
+arrival on the replica that runs it, so a transparent retry starts it afresh. Abort takes
+effect whenever it arrives before the call's final message: a call on no replica yet is
+never forwarded, one forwarded is aborted on its replica (or cut, while in transit), and
+the call ends with finish reason "abort". ModelInfo is a replica's. EngineStats sums the
 healthy replicas' figures (queue_depths elementwise; kv and host totals too, so a router
 of N replicas shows N pools), except `programs_active`, the router's own count (a program
 lives on every replica it used), and lists the top programs of the router's records.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from typing import AsyncIterator, Iterable, NoReturn
 
 import grpc
@@ -36,11 +39,12 @@ from server import convert
 from server.auth import RouterTrust, TokenAuth
 from server.errors import DrainingError, RelayedError, abort_for
 from server.namespace import Namespace, caller_namespace, new_id
-from server.router.core import NoReplicaError, RoutedCall, Router
+from server.router.core import CallPhase, NoReplicaError, RoutedCall, Router
 from server.router.generate import LostMidStream, relay
 from server.router.prompts import RouterPrompts
 from server.service import check_program_class, checked_priority
 
+log = logging.getLogger(__name__)
 REPLICA_TIMEOUT = 10.0  # unary calls forwarded to a replica
 _SCALARS = tuple(f.name for f in pb.EngineStatsResponse.DESCRIPTOR.fields
                  if f.message_type is None and not f.is_repeated)
@@ -200,7 +204,7 @@ class RouterServicer:
                                                     usage.completion_tokens)
                         record = None  # folded before the client sees the final message
                     yield response
-            if routed.aborted and routed.final is None:
+            if routed.phase is CallPhase.ABORTED:
                 yield pb.GenerateResponse(call_id=call_id, final=pb.Final(
                     finish_reason="abort", usage=pb.Usage(prompt_tokens=shape.num_tokens)))
         except LostMidStream as exc:
@@ -231,19 +235,34 @@ class RouterServicer:
         except ValueError as exc:
             await self._fail(context, exc)
         routed = self.router.calls.get(inner)
-        if routed is None or routed.aborted:
+        if routed is None or not routed.abort():
             return pb.AbortResponse(aborted=False)
-        attempt = routed.attempt
-        if attempt is None:  # between two attempts: the relay stops before the next
-            routed.aborted = True
+        if routed.attempt is None:  # on no replica: its next move ends it (RoutedCall.move)
             return pb.AbortResponse(aborted=True)
-        replica = self.router.replicas[attempt.replica]
+        return pb.AbortResponse(aborted=await self._abort_forwarded(
+            routed, request, self.router.forwarded(context.invocation_metadata())))
+
+    async def _abort_forwarded(self, routed: RoutedCall, request: pb.AbortRequest,
+                               metadata: list[tuple[str, str]]) -> bool:
+        """Abort `routed` (marked aborted, on a replica): there, so its final message
+        says "abort"; or, when its replica does not know it while nothing of it came back
+        (in transit) or cannot be asked, by cancelling the forwarded call (the replica
+        aborts it if it arrives; the relay ends it ABORTED). False when it finished there
+        (its final message is on its way)."""
+        attempt = routed.attempt
         try:
-            return await replica.stub.Abort(
-                request, metadata=tuple(self.router.forwarded(context.invocation_metadata())),
-                timeout=REPLICA_TIMEOUT)
+            reply = await self.router.replicas[attempt.replica].stub.Abort(
+                request, metadata=tuple(metadata), timeout=REPLICA_TIMEOUT)
+            if reply.aborted:
+                return True
+            cut = routed.phase is CallPhase.FORWARDED
         except grpc.aio.AioRpcError as exc:
-            await self._fail(context, exc)
+            log.info("call %s: its replica did not take the Abort (%s): cut here",
+                     routed.call_id, exc.code().name)
+            cut = routed.phase in (CallPhase.FORWARDED, CallPhase.STREAMING)
+        if cut:
+            attempt.call.cancel()
+        return cut or routed.phase is CallPhase.ABORTED
 
     # ----- the engines ------------------------------------------------------------------
     async def ModelInfo(self, request: pb.ModelInfoRequest,
