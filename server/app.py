@@ -26,6 +26,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from engine import EngineConfig, LLMEngine
+from scheduler.addresses import format_address
 from server.auth import RouterTrust, TokenAuth
 from server.door_backend import EngineBackend
 from server.engine_loop import EngineLoop
@@ -46,10 +47,6 @@ MAX_HTTP_CONNECTIONS = 2048
 HEALTH_POLL_SECONDS = 0.5
 MESSAGE_OVERHEAD_BYTES = 1 << 20
 log = logging.getLogger(__name__)
-
-
-def format_address(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from scheduler.addresses import parse_address
+
 if TYPE_CHECKING:
     from engine import EngineConfig
     from server.app import ServeOptions
@@ -85,9 +87,10 @@ def _check_placement(name: str, cutoff: int | str,
 
 
 def _check_address(address: str) -> None:
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
-        raise UsageError(f"--replica: expected HOST:PORT, got {address!r}")
+    try:
+        parse_address(address, "--replica")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def router_setup(args: argparse.Namespace) -> RouterOptions:

@@ -37,8 +37,9 @@ from scheduler.config import SchedulerConfig
 from scheduler.placement import DEFAULT_CUTOFF, DEFAULT_PLACEMENT
 from scheduler.placement.base import Placement
 from engine.text_codec import TextCodec
+from scheduler.addresses import format_address
 from server.app import (HANDLER_GRACE, HEALTH_SERVICE_NAME, MESSAGE_OVERHEAD_BYTES,
-                        HttpServer, bind_socket, format_address)
+                        HttpServer, bind_socket)
 from server.auth import RouterTrust, TokenAuth
 from server.handlers import add_service
 from server.limits import DEFAULT_DNS_REFRESH_SECONDS, DEFAULT_MAX_PROMPT_BYTES

@@ -18,7 +18,7 @@ import logging
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 
-from server.app import format_address
+from scheduler.addresses import format_address, parse_address
 from server.limits import DEFAULT_DNS_REFRESH_SECONDS
 from server.router.core import Router
 
@@ -27,12 +27,8 @@ Resolver = Callable[[str, int], Awaitable[list[str]]]
 
 
 def parse_dns_name(text: str) -> tuple[str, int]:
-    """`NAME:PORT` -> (NAME, PORT); ValueError naming the text otherwise."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
-        raise ValueError(f"replicas-dns: expected NAME:PORT with a port in [1, 65535], got "
-                         f"{text!r}")
-    return host, int(port)
+    """`NAME:PORT` -> (NAME, PORT); ValueError naming replicas-dns otherwise."""
+    return parse_address(text, "replicas-dns", "NAME:PORT")
 
 
 async def resolve_dns(host: str, port: int) -> list[str]:

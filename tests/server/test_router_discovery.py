@@ -20,7 +20,7 @@ from server.cli import build_parser
 from server.cli_checks import UsageError, router_setup
 from server.router import start_router
 from server.router.core import MAX_REPLICAS, Router
-from server.router.discovery import Discovery, parse_dns_name
+from server.router.discovery import Discovery
 from server.router.programs import RouterPrograms
 
 
@@ -150,13 +150,6 @@ def test_the_replica_set_is_bounded():
         await router.close()
 
     run(scenario())
-
-
-@pytest.mark.parametrize("text", ["engines", "engines:", ":7000", "engines:0", "engines:x",
-                                  "engines:70000"])
-def test_a_bad_dns_name_is_refused(text):
-    with pytest.raises(ValueError, match="replicas-dns: expected NAME:PORT"):
-        parse_dns_name(text)
 
 
 def test_the_router_command_needs_replicas_and_checks_dns_names():
