@@ -8,8 +8,8 @@ from typing import NoReturn
 
 import grpc
 
-from engine.errors import (DuplicateCallError, ProgramExistsError, ProgramLimitError,
-                           UnknownProgramError)
+from scheduler.ids import DuplicateCallError
+from scheduler.process_table import ProgramExistsError, ProgramLimitError, UnknownProgramError
 
 log = logging.getLogger(__name__)
 

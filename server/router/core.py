@@ -21,9 +21,8 @@ from typing import Sequence
 
 import grpc
 
-from engine.errors import UnknownProgramError
 from scheduler.placement.base import CallOutcome, Placement, PlacementRequest, ReplicaLoad
-from scheduler.process_table import ProgramRecord
+from scheduler.process_table import ProgramRecord, UnknownProgramError
 from server import agentix_pb2 as pb
 from server.auth import ROUTER_TOKEN_HEADER
 from server.errors import ServerError

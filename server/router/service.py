@@ -30,19 +30,20 @@ from typing import AsyncIterator, Iterable, NoReturn
 
 import grpc
 
-from engine.errors import UnknownProgramError
-from engine.llm_engine import check_ttft_slo
-from scheduler.ids import check_id
+from scheduler.deadlines import check_ttft_slo
+from scheduler.ids import DuplicateCallError, check_id
 from scheduler.placement.base import PlacementRequest
+from scheduler.process_table import UnknownProgramError
 from server import agentix_pb2 as pb
-from server import convert
 from server.auth import RouterTrust, TokenAuth
 from server.errors import DrainingError, RelayedError, abort_for
 from server.namespace import Namespace, caller_namespace, new_id
 from server.router.core import CallPhase, NoReplicaError, RoutedCall, Router
 from server.router.generate import LostMidStream, relay
+from server.request_checks import (check_program_class, check_thread, checked_priority,
+                                   top_programs)
 from server.router.prompts import RouterPrompts
-from server.service import check_program_class, checked_priority
+from server.wire import optional, program_info
 
 log = logging.getLogger(__name__)
 REPLICA_TIMEOUT = 10.0  # unary calls forwarded to a replica
@@ -105,7 +106,7 @@ class RouterServicer:
             inner = ns.inner("program_id", request.program_id)
             record = await router.end_program(inner, request.failed,
                                               router.forwarded(context.invocation_metadata()))
-            return convert.program_info(record, ns.outer)
+            return program_info(record, ns.outer)
         except Exception as exc:
             await self._fail(context, ns.outer_error(exc))
 
@@ -114,7 +115,7 @@ class RouterServicer:
         ns = await self._namespace(context)
         try:
             inner = ns.inner("program_id", request.program_id)
-            return convert.program_info(self.router.programs.get(inner), ns.outer)
+            return program_info(self.router.programs.get(inner), ns.outer)
         except Exception as exc:
             await self._fail(context, ns.outer_error(exc))
 
@@ -161,8 +162,8 @@ class RouterServicer:
         call_id = request.call_id or new_id("call")
         inner_call = ns.inner("call_id", call_id)
         if request.thread_id:
-            check_id("thread_id", request.thread_id)
-        check_ttft_slo(convert.optional(request, "ttft_slo_seconds"))  # forwarded as is
+            check_thread(request.thread_id)
+        check_ttft_slo(optional(request, "ttft_slo_seconds"))  # forwarded as is
         program_id = (ns.inner("program_id", request.program_id)
                       if request.program_id else None)
         if program_id is not None:
@@ -171,7 +172,7 @@ class RouterServicer:
             raise NoReplicaError("no replica has answered yet")
         shape = await self.prompts.shape(request, router.block_size())
         if inner_call in router.calls:
-            raise _duplicate(call_id)
+            raise DuplicateCallError(call_id)
         forward = pb.GenerateRequest()
         forward.CopyFrom(request)
         forward.call_id = call_id
@@ -277,7 +278,7 @@ class RouterServicer:
                           context: grpc.aio.ServicerContext) -> pb.EngineStatsResponse:
         ns = await self._namespace(context)
         try:
-            limit = convert.top_programs(request)
+            limit = top_programs(request)
         except ValueError as exc:
             await self._fail(context, exc)
         replies = await asyncio.gather(*(
@@ -298,7 +299,7 @@ class RouterServicer:
                     depths.append(depth)
         total.queue_depths.extend(depths)
         total.programs_active = len(self.router.programs.table)  # not once per replica
-        total.top_programs.extend(convert.program_info(r, ns.outer)
+        total.top_programs.extend(program_info(r, ns.outer)
                                   for r in self.router.programs.top(limit, ns.tenant))
         return total
 
@@ -308,9 +309,3 @@ class RouterServicer:
         await self._namespace(context)
         await context.abort(grpc.StatusCode.UNIMPLEMENTED,
                             "CacheEvents: a router has no cache of its own; ask its replicas")
-
-
-def _duplicate(call_id: str) -> Exception:
-    from engine.errors import DuplicateCallError
-
-    return DuplicateCallError(call_id)
