@@ -104,8 +104,7 @@ class AgentixServicer:
 
         def end(engine: LLMEngine) -> pb.ProgramInfo:
             # Ending a recently ended program again is harmless: its final record.
-            return program_info(engine.end_program(program_id, request.failed),
-                                        ns.outer)
+            return program_info(engine.end_program(program_id, request.failed), ns.outer)
 
         return await self._run(context, ns, end)
 

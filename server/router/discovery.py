@@ -4,9 +4,9 @@ behind NAME (a Kubernetes headless Service names one per ready pod) and re-resol
 
 Each refresh resolves every name and hands the union of their addresses to
 `Router.set_addresses`, which keeps the router's static replicas (`--replica`) beside them
-whatever the names resolve to: new addresses join (taking calls from their first SERVING answer),
-vanished ones retire (no new call; their calls in flight go on, and a replica that is really
-gone fails them over as any lost replica does). A name that fails to resolve keeps its last
+whatever the names resolve to: new addresses join (taking calls from their first SERVING
+answer), vanished ones retire (no new call; their calls in flight go on, and a replica that
+is really gone fails them over as any lost replica does). A name that fails to resolve keeps its last
 addresses, so a DNS hiccup never empties the router. The resolver is injectable (tests
 script it): `resolve(host, port)` returns the `HOST:PORT` addresses behind the name.
 """
@@ -40,7 +40,8 @@ async def resolve_dns(host: str, port: int) -> list[str]:
 
 class Discovery:
     """Keeps `router`'s replica set equal to its static replicas plus what `names` resolve
-    to (see the module docstring). `refresh()` resolves once; `run()` refreshes until cancelled."""
+    to (see the module docstring). `refresh()` resolves once; `run()` refreshes until
+    cancelled."""
 
     def __init__(self, router: Router, names: Sequence[str], resolve: Resolver = resolve_dns,
                  refresh_seconds: float = DEFAULT_DNS_REFRESH_SECONDS) -> None:

@@ -38,10 +38,10 @@ from server import agentix_pb2 as pb
 from server.auth import RouterTrust, TokenAuth
 from server.errors import DrainingError, RelayedError, abort_for
 from server.namespace import Namespace, caller_namespace, new_id
-from server.router.core import CallPhase, NoReplicaError, RoutedCall, Router
-from server.router.generate import LostMidStream, relay
 from server.request_checks import (check_program_class, check_thread, checked_priority,
                                    top_programs)
+from server.router.core import CallPhase, NoReplicaError, RoutedCall, Router
+from server.router.generate import LostMidStream, relay
 from server.router.prompts import RouterPrompts
 from server.wire import optional, program_info
 
