@@ -19,6 +19,7 @@ from engine.structured.spec import StructuredOutput
 from server import agentix_pb2 as pb
 from server.tool_parsers import ParsedOutput
 from server.tool_parsers.forced import forced_output
+from server.wire import program_info
 
 if TYPE_CHECKING:
     from scheduler.process_table import ProgramRecord
