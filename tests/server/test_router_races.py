@@ -235,20 +235,21 @@ class Prompts:
         return PromptShape(4, ())
 
 
-async def aborted_while(router: Router, request: pb.GenerateRequest, reached) -> list:
-    """Generate `request` through the router; once `reached()` (awaited) says the call is
-    where the test wants it, Abort it (asserting the router says it aborted it); the
-    call's responses."""
+def generating(router: Router, request: pb.GenerateRequest
+               ) -> tuple[RouterServicer, asyncio.Future]:
+    """`request`'s Generate through a servicer over `router`, under way: the servicer and
+    the future of the call's responses."""
     servicer = RouterServicer(router, Prompts())
 
     async def generate():
         return [r async for r in servicer.Generate(request, FakeContext())]
 
-    call = asyncio.ensure_future(generate())
-    await reached()
-    reply = await servicer.Abort(pb.AbortRequest(call_id=request.call_id), FakeContext())
-    assert reply.aborted
-    return await asyncio.wait_for(call, 5)
+    return servicer, asyncio.ensure_future(generate())
+
+
+async def abort(servicer: RouterServicer, call_id: str) -> bool:
+    reply = await servicer.Abort(pb.AbortRequest(call_id=call_id), FakeContext())
+    return reply.aborted
 
 
 def abort_final(call_id: str) -> pb.GenerateResponse:
@@ -263,20 +264,13 @@ def test_an_abort_while_the_program_starts_on_the_replica_is_never_forwarded():
         gate = Gate()
         for stub in stubs:
             stub.start_gate = gate
-        request = pb.GenerateRequest(program_id="p", call_id="c",
-                                     token_ids=pb.TokenIds(ids=[1, 2, 3, 4]))
-
-        async def starting():
-            await gate.entered.wait()  # StartProgram is on its way to replica 0
-            assert router.calls["c"].phase is CallPhase.STARTING
-
-        async def abort_then_start():
-            await starting()
-            # The Abort below is answered before the replica answers StartProgram.
-            asyncio.get_running_loop().call_soon(gate.opened.set)
-
-        responses = await aborted_while(router, request, abort_then_start)
-        assert responses == [abort_final("c")]
+        servicer, call = generating(router, pb.GenerateRequest(
+            program_id="p", call_id="c", token_ids=pb.TokenIds(ids=[1, 2, 3, 4])))
+        await gate.entered.wait()  # StartProgram is on its way to replica 0
+        assert router.calls["c"].phase is CallPhase.STARTING
+        assert await abort(servicer, "c")
+        gate.opened.set()  # replica 0 started the program
+        assert await asyncio.wait_for(call, 5) == [abort_final("c")]
         assert stubs[0].log == [("start", "p")] and stubs[1].log == []  # never forwarded
         assert router.calls == {} and router.programs.routed["p"].started_on == {0}
         record = router.programs.get("p")
@@ -289,15 +283,13 @@ def test_an_abort_while_the_program_starts_on_the_replica_is_never_forwarded():
 def test_an_abort_while_the_forwarded_call_is_in_transit_cancels_it():
     async def scenario():
         router, stubs = make_router()
-        request = pb.GenerateRequest(call_id="c", token_ids=pb.TokenIds(ids=[1, 2, 3, 4]))
-
-        async def in_transit():
-            while not stubs[0].forwarded:
-                await asyncio.sleep(0)
-            assert router.calls["c"].phase is CallPhase.FORWARDED
-
-        responses = await aborted_while(router, request, in_transit)
-        assert responses == [abort_final("c")]
+        servicer, call = generating(router, pb.GenerateRequest(
+            call_id="c", token_ids=pb.TokenIds(ids=[1, 2, 3, 4])))
+        while not stubs[0].forwarded:
+            await asyncio.sleep(0)
+        assert router.calls["c"].phase is CallPhase.FORWARDED
+        assert await abort(servicer, "c")
+        assert await asyncio.wait_for(call, 5) == [abort_final("c")]
         assert stubs[0].log == [("generate", "c"), ("abort", "c")]
         assert stubs[0].forwarded[0].cancelled  # the replica aborts it on arrival
         assert router.calls == {} and router.retried == 0 and stubs[1].log == []
@@ -311,18 +303,16 @@ def test_an_abort_its_replica_cannot_take_cuts_the_streaming_call():
         router, stubs = make_router()
         stubs[0].abort_error = grpc.aio.AioRpcError(
             grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), "gone")
-        request = pb.GenerateRequest(call_id="c", token_ids=pb.TokenIds(ids=[1, 2, 3, 4]))
         delta = pb.GenerateResponse(call_id="c", delta=pb.Delta(token_ids=[7]))
-
-        async def streaming():
-            while not stubs[0].forwarded:
-                await asyncio.sleep(0)
-            stubs[0].forwarded[0].send(delta)
-            while router.calls["c"].phase is not CallPhase.STREAMING:
-                await asyncio.sleep(0)
-
-        responses = await aborted_while(router, request, streaming)
-        assert responses == [delta, abort_final("c")]
+        servicer, call = generating(router, pb.GenerateRequest(
+            call_id="c", token_ids=pb.TokenIds(ids=[1, 2, 3, 4])))
+        while not stubs[0].forwarded:
+            await asyncio.sleep(0)
+        stubs[0].forwarded[0].send(delta)
+        while router.calls["c"].phase is not CallPhase.STREAMING:
+            await asyncio.sleep(0)
+        assert await abort(servicer, "c")
+        assert await asyncio.wait_for(call, 5) == [delta, abort_final("c")]
         assert stubs[0].log == [("generate", "c"), ("abort", "c")]
         assert stubs[0].forwarded[0].cancelled and router.calls == {}
         await router.close()
