@@ -5,18 +5,12 @@ codes without parsing messages."""
 
 from __future__ import annotations
 
-from scheduler.ids import short
+from scheduler.executor_errors import EngineBrokenError
+from scheduler.ids import DuplicateCallError
 from scheduler.process_table import ProgramExistsError, ProgramLimitError, UnknownProgramError
 
 __all__ = ["DuplicateCallError", "EngineBrokenError", "ProgramExistsError", "ProgramLimitError",
            "StepFailedError", "UnknownProgramError"]
-
-
-class DuplicateCallError(ValueError):
-    """A call id (`args[0]`) that is already in use (live, or finished and not yet popped)."""
-
-    def __str__(self) -> str:
-        return f"call_id {short(self.args[0])} is already in use"
 
 
 class StepFailedError(RuntimeError):
@@ -36,9 +30,3 @@ class StepFailedError(RuntimeError):
         return (f"step failed ({type(self.cause).__name__}: {self.cause}); "
                 f"{len(self.call_ids)} call(s) in it failed")
 
-
-class EngineBrokenError(RuntimeError):
-    """The engine's executor can run no more steps (a tensor-parallel worker died, or a step
-    failed and left the ranks out of step): every later step raises it again, with the same
-    message naming what broke. Terminal: the engine is to be closed and replaced. A step
-    that meets it raises StepFailedError with it as the `cause`."""

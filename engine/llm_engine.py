@@ -28,26 +28,13 @@ from engine.structured.state import GrammarState
 from kvcache.cache_events import CacheDigest
 from kvcache.manager import KVCacheManager
 from scheduler.call_state import SampledToken
+from scheduler.deadlines import MAX_EXPECTED_TOOL_SECONDS, check_ttft_slo
 from scheduler.ids import short
 from scheduler.plan import SchedulePlan
 from scheduler.policies import make_policy
 from scheduler.preemption import PreemptionKind
 from scheduler.process_table import CallRecord, ProgramRecord
 from scheduler.scheduler import Scheduler
-
-MAX_EXPECTED_TOOL_SECONDS = 86_400.0  # it bounds ttft_slo_seconds too
-
-
-def check_ttft_slo(seconds: float | None) -> float | None:
-    """A call's first-token deadline (seconds after it arrives): None (the engine's default)
-    or a number in (0, MAX_EXPECTED_TOOL_SECONDS], else ValueError naming ttft_slo_seconds
-    (NaN included). Returns `seconds`; the doors call it off the engine thread too."""
-    if seconds is not None and not (isinstance(seconds, (int, float))
-                                    and 0 < seconds <= MAX_EXPECTED_TOOL_SECONDS):
-        raise ValueError(f"ttft_slo_seconds must be in (0, {MAX_EXPECTED_TOOL_SECONDS:g}], "
-                         f"got {seconds!r}")
-    return seconds
-
 
 class LLMEngine:
     """Accepts calls, runs steps, returns per-step outputs.

@@ -27,31 +27,23 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from engine import EngineConfig, LLMEngine
+from scheduler.addresses import format_address
 from server.auth import RouterTrust, TokenAuth
 from server.door_backend import EngineBackend
 from server.engine_loop import EngineLoop
-from server.handlers import add_service
+from server.handlers import HEALTH_SERVICE_NAME, SERVICE_NAME, add_service
+from server.http_server import HANDLER_GRACE, HttpServer, bind_socket
 from server.metrics import ServerMetrics
-from server.limits import DEFAULT_MAX_PROMPT_BYTES
+from server.limits import DEFAULT_MAX_PROMPT_BYTES, MESSAGE_OVERHEAD_BYTES
 from server.prompts import PromptTokenizer
 from server.response_store import ResponseLimits, ResponseStore
 from server.reflection import enable_reflection
 from server.signals import StopSignals
-from server.service import SERVICE_NAME, AgentixServicer
+from server.service import AgentixServicer
 from server.tool_parsers import make_tool_parser
 
-HEALTH_SERVICE_NAME = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
-HANDLER_GRACE = 1.0  # after the engine drained: time for handlers to send their last message
-# Open HTTP connections and requests in flight one HTTP port serves at once; past it uvicorn
-# answers 503 at once (idle or slow clients cannot grow the server without bound).
-MAX_HTTP_CONNECTIONS = 2048
 HEALTH_POLL_SECONDS = 0.5
-MESSAGE_OVERHEAD_BYTES = 1 << 20
 log = logging.getLogger(__name__)
-
-
-def format_address(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
 
 @dataclass(frozen=True)
@@ -106,49 +98,6 @@ class ServeOptions:
             RouterTrust(self.router_token)  # ValueError for an unusable token
         if self.tool_call_parser is not None:
             make_tool_parser(self.tool_call_parser)  # ValueError naming the supported ones
-
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on host:port (OSError naming the address when it is taken)."""
-    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host.strip("[]"), port))
-        sock.listen(128)
-    except OSError as exc:
-        sock.close()
-        raise OSError(exc.errno, f"cannot listen on {format_address(host, port)}: "
-                                 f"{exc.strerror}") from None
-    return sock
-
-
-class HttpServer:
-    """One uvicorn server on the event loop, on an already bound socket."""
-
-    def __init__(self, app, sock: socket.socket) -> None:
-        import uvicorn
-
-        self.sock = sock
-        self.port = sock.getsockname()[1]
-        config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False,
-                                timeout_graceful_shutdown=HANDLER_GRACE,
-                                limit_concurrency=MAX_HTTP_CONNECTIONS)
-        self._server = uvicorn.Server(config)
-        self._task: asyncio.Task | None = None
-
-    async def start(self) -> None:
-        self._task = asyncio.ensure_future(self._server.serve(sockets=[self.sock]))
-        while not self._server.started:
-            if self._task.done():
-                self._task.result()  # raises why it could not start
-            await asyncio.sleep(0.01)
-
-    async def stop(self) -> None:
-        self._server.should_exit = True
-        if self._task is not None:
-            await self._task
-        self.sock.close()
 
 
 @dataclass

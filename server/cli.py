@@ -366,7 +366,8 @@ def _add_router_parser(sub) -> None:
     router.add_argument("--replicas-dns", action="append", default=[], metavar="NAME:PORT",
                         help="route to every address NAME resolves to (e.g. a Kubernetes "
                              "headless Service), re-resolved every --dns-refresh seconds: "
-                             "new replicas join, vanished ones drain (repeatable)")
+                             "new replicas join, vanished ones drain; --replica ones "
+                             "stay (repeatable)")
     router.add_argument("--dns-refresh", type=positive_float,
                         default=DEFAULT_DNS_REFRESH_SECONDS,
                         metavar="S", help="seconds between two resolutions of --replicas-dns")

@@ -12,6 +12,8 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from scheduler.addresses import parse_address
+
 if TYPE_CHECKING:
     from engine import EngineConfig
     from server.app import ServeOptions
@@ -58,7 +60,7 @@ def serve_setup(args: argparse.Namespace) -> tuple[EngineConfig, ServeOptions]:
         raise UsageError(f"serve options: {exc}") from None
     config = engine_config(args, args.model or "")
     _check_device(config.device, config.tensor_parallel_size)
-    _check_ports(options)
+    _check_ports(options.host, options.port, options.http_port, options.metrics_port)
     model = args.model or _default_model()
     _read_model_config(model, config.tensor_parallel_size)
     return dataclasses.replace(config, model=model), options
@@ -86,9 +88,10 @@ def _check_placement(name: str, cutoff: int | str,
 
 
 def _check_address(address: str) -> None:
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
-        raise UsageError(f"--replica: expected HOST:PORT, got {address!r}")
+    try:
+        parse_address(address, "--replica")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def router_setup(args: argparse.Namespace) -> RouterOptions:
@@ -105,7 +108,6 @@ def router_setup(args: argparse.Namespace) -> RouterOptions:
     _check_placement(args.placement, args.cutoff, args.placement_option)
     _check_tool_flags(args)
     from scheduler.config import SchedulerConfig
-    from server.app import ServeOptions
     from server.router.app import RouterOptions
 
     try:
@@ -122,8 +124,7 @@ def router_setup(args: argparse.Namespace) -> RouterOptions:
             scheduler=SchedulerConfig(program_ttl=args.program_ttl))
     except ValueError as exc:
         raise UsageError(f"router options: {exc}") from None
-    _check_ports(ServeOptions(host=args.host, port=args.port, http_port=args.http_port,
-                              metrics_port=args.metrics_port))
+    _check_ports(options.host, options.port, options.http_port, options.metrics_port)
     return options
 
 
@@ -237,19 +238,20 @@ def _check_device(device: str, tensor_parallel_size: int) -> None:
                          f"machine ({torch.cuda.device_count()} CUDA devices)")
 
 
-def _check_ports(options: ServeOptions) -> None:
-    """Every port to be served can be listened on (port 0 checks the host). The sockets are
-    held until all are tried (so a port given twice fails), then closed: start_server binds
-    the ports itself, so a port taken between this check and then still fails, only later."""
-    from server.app import bind_socket
+def _check_ports(host: str, port: int | None, http_port: int | None,
+                 metrics_port: int | None) -> None:
+    """Every port to be served (None: not served) can be listened on at `host` (port 0
+    checks the host). The sockets are held until all are tried (so a port given twice
+    fails), then closed: the server binds the ports itself, so a port taken between this
+    check and then still fails, only later."""
+    from server.http_server import bind_socket
 
-    flags = (("--port", options.port), ("--http-port", options.http_port),
-             ("--metrics-port", options.metrics_port))
+    flags = (("--port", port), ("--http-port", http_port), ("--metrics-port", metrics_port))
     with contextlib.ExitStack() as sockets:
-        for flag, port in flags:
-            if port is not None:
+        for flag, value in flags:
+            if value is not None:
                 try:
-                    sockets.enter_context(bind_socket(options.host, port))
+                    sockets.enter_context(bind_socket(host, value))
                 except OSError as exc:
                     raise UsageError(f"{flag}: {exc.strerror}") from None
 

@@ -8,8 +8,9 @@ from typing import NoReturn
 
 import grpc
 
-from engine.errors import (DuplicateCallError, EngineBrokenError, ProgramExistsError,
-                           ProgramLimitError, UnknownProgramError)
+from scheduler.executor_errors import EngineBrokenError
+from scheduler.ids import DuplicateCallError
+from scheduler.process_table import ProgramExistsError, ProgramLimitError, UnknownProgramError
 
 log = logging.getLogger(__name__)
 

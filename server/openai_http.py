@@ -49,8 +49,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from engine import ChatPrompt, CompletionOutput
 from engine.errors import UnknownProgramError
-from engine.llm_engine import check_ttft_slo
 from engine.logprobs import TokenLogprob
+from scheduler.deadlines import check_ttft_slo
 from scheduler.ids import check_id
 from server.auth import AuthError, TokenAuth
 from server.call_stream import StreamDelta

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from scheduler.addresses import parse_address
+
 # Node agents wait for rank 0's next step for as long as the engine idles; a dead peer
 # breaks the group's connections at once, and a broken engine says so (`EngineBroken`), so
 # no timeout is needed to notice either.
@@ -48,11 +50,7 @@ class EngineBroken:
 
 def parse_dist_addr(text: str) -> tuple[str, int]:
     """`HOST:PORT` -> (HOST, PORT), ValueError naming dist_init_addr otherwise."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
-        raise ValueError(f"dist_init_addr must be HOST:PORT with a port in [1, 65535], got "
-                         f"{text!r}")
-    return host.strip("[]"), int(port)
+    return parse_address(text, "dist_init_addr")
 
 
 def check_nodes(world: int, nnodes: int, dist_init_addr: str | None) -> None:

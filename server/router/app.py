@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -36,13 +36,12 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from scheduler.config import SchedulerConfig
 from scheduler.placement import DEFAULT_CUTOFF, DEFAULT_PLACEMENT
 from scheduler.placement.base import Placement
-from engine.text_codec import TextCodec
-from server.app import (HANDLER_GRACE, HEALTH_SERVICE_NAME, MESSAGE_OVERHEAD_BYTES,
-                        HttpServer, bind_socket, format_address)
+from scheduler.addresses import format_address
 from server.auth import RouterTrust, TokenAuth
-from server.handlers import add_service
-from server.limits import DEFAULT_DNS_REFRESH_SECONDS, DEFAULT_MAX_PROMPT_BYTES
-from server.prompts import PromptTokenizer
+from server.handlers import HEALTH_SERVICE_NAME, SERVICE_NAME, add_service
+from server.http_server import HANDLER_GRACE, HttpServer, bind_socket
+from server.limits import (DEFAULT_DNS_REFRESH_SECONDS, DEFAULT_MAX_PROMPT_BYTES,
+                           MESSAGE_OVERHEAD_BYTES)
 from server.reflection import enable_reflection
 from server.response_store import ResponseLimits, ResponseStore
 from server.router.core import Router
@@ -51,9 +50,11 @@ from server.router.programs import RouterPrograms
 from server.router.prompts import RouterPrompts
 from server.router.service import RouterServicer
 from server.router.spawn import LocalReplicas
-from server.service import SERVICE_NAME
 from server.signals import StopSignals
 from server.tool_parsers import make_tool_parser
+
+if TYPE_CHECKING:
+    from server.prompts import PromptTokenizer
 
 log = logging.getLogger(__name__)
 EXPIRY_SECONDS = 1.0
@@ -63,7 +64,8 @@ LIVENESS_SERVICE = "liveness"  # health name that is SERVING while the router ru
 @dataclass(frozen=True)
 class RouterOptions:
     """A router's replicas (HOST:PORT, in index order) and/or `replicas_dns` names (NAME:PORT,
-    re-resolved every `dns_refresh_seconds` by `resolver`: server.router.discovery),
+    re-resolved every `dns_refresh_seconds` by `resolver`: server.router.discovery; the
+    `replicas` stay whatever they resolve to),
     placement policy (a registered name,
     see scheduler.placement, with its `cutoff` and its `placement_options`, (name, value)
     pairs; or a Placement object), where it listens,
@@ -264,8 +266,11 @@ class RunningRouter:
         await self._health.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
 
     async def _start_http(self) -> None:
-        """The OpenAI door on this loop, sized by the first replica's ModelInfo."""
+        """The OpenAI door on this loop, sized by the first replica's ModelInfo (it imports
+        the engine's text codec, and so torch: only a router with a door does)."""
+        from engine.text_codec import TextCodec
         from server.openai_app import build_app
+        from server.prompts import PromptTokenizer
         from server.router.http_backend import RouterBackend
         from server.router.metrics import add_router_metrics
 

@@ -167,5 +167,5 @@ def test_bad_node_settings_are_refused():
         check_nodes(3, 2, "h:1")
     with pytest.raises(ValueError, match="dist_init_addr: needed with nnodes > 1"):
         EngineConfig(tensor_parallel_size=2, nnodes=2)
-    with pytest.raises(ValueError, match="dist_init_addr must be HOST:PORT"):
+    with pytest.raises(ValueError, match="dist_init_addr: expected HOST:PORT"):
         EngineConfig(tensor_parallel_size=2, nnodes=2, dist_init_addr="node0")
