@@ -1,6 +1,8 @@
-"""The configuration seams: flat overrides routed into EngineConfig and its SchedulerConfig,
-the up-front checks of block_size and device, the one KVCacheSpec the engine and its runner
-share, and an engine with an injected executor built from model arguments (no directory)."""
+"""The configuration seams: one set of defaults (EngineConfig's, the serving ones, which
+`agentix serve`, `agentix generate` and `LLM` take without restating),
+flat overrides routed into EngineConfig and its SchedulerConfig, the up-front checks of
+block_size and device, the one KVCacheSpec the engine and its runner share, and an engine
+with an injected executor built from model arguments (no directory)."""
 
 from __future__ import annotations
 
@@ -18,11 +20,16 @@ from engine.executor import StepResult
 from engine.loader import ModelInfo
 from scheduler.config import SchedulerConfig
 from scheduler.plan import SchedulePlan
+from server.cli import build_parser
+from server.cli_checks import engine_config
 
 HF_CONFIG = dict(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
                  num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128,
                  eos_token_id=[1, 2])
 EOS = 1
+# The serving defaults (issue 42): EngineConfig's, so every entry point's.
+SERVING_DEFAULTS = dict(policy="gittins", enable_prefix_caching=True, kv_memory="program",
+                        preemption_mode="auto", ttft_slo_tokens=2048)
 
 
 class EchoExecutor:
@@ -35,12 +42,26 @@ class EchoExecutor:
         return StepResult([self.token if c.samples else None for c in plan.chunks])
 
 
+def test_the_engine_defaults_are_the_serving_ones():
+    defaults = EngineConfig().as_flat()
+    assert {name: defaults[name] for name in SERVING_DEFAULTS} == SERVING_DEFAULTS
+
+
+def test_every_entry_point_takes_the_engine_defaults(tiny_llama_dir):
+    parser = build_parser()
+    assert engine_config(parser.parse_args(["serve"]), "m") == EngineConfig(model="m")
+    assert parser.parse_args(["generate"]).policy == EngineConfig().policy
+    assert LLM(tiny_llama_dir).engine.config == EngineConfig(model=tiny_llama_dir)
+
+
 def test_flat_overrides_route_engine_and_scheduler_fields():
     config = EngineConfig.from_flat(max_num_seqs=4, policy="atlas", block_size=8,
                                     starvation_beta=None, num_kv_blocks=32)
     assert (config.policy, config.block_size, config.num_kv_blocks) == ("atlas", 8, 32)
     assert config.scheduler == SchedulerConfig(max_num_seqs=4, starvation_beta=None)
     assert EngineConfig.from_flat() == EngineConfig()
+    assert EngineConfig.from_flat(**config.as_flat()) == config
+    assert config.as_flat().keys() == EngineConfig.flat_field_types().keys()
 
 
 def test_llm_takes_scheduler_fields_as_keywords(tiny_llama_dir):
@@ -63,7 +84,7 @@ def test_bad_scheduler_values_name_the_field():
     with pytest.raises(ValueError, match="max_num_seqs must be positive, got 0"):
         EngineConfig.from_flat(max_num_seqs=0)
     with pytest.raises(ValueError, match="preemption_mode='keep' needs enable_prefix_caching"):
-        EngineConfig.from_flat(preemption_mode="keep")
+        EngineConfig.from_flat(preemption_mode="keep", enable_prefix_caching=False)
 
 
 @pytest.mark.parametrize("block_size", [12, 0, -8, 3, 24])
