@@ -1,5 +1,5 @@
 """The configuration seams: one set of defaults (EngineConfig's, the serving ones, which
-`agentix serve`, `agentix generate` and `LLM` take without restating),
+`agentix serve`, `agentix generate`, `LLM` and `agentix bench sim` take without restating),
 flat overrides routed into EngineConfig and its SchedulerConfig, the up-front checks of
 block_size and device, the one KVCacheSpec the engine and its runner share, and an engine
 with an injected executor built from model arguments (no directory)."""
@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.cli import build_parser as bench_parser
+from bench.sim.baselines import engine_config_for
 from bench.sim.cost_model import CostModel
 from bench.sim.sim_executor import VirtualClock
 from bench.sim.simulate import PromptMaker, sim_engine, sim_engine_config
@@ -52,6 +54,12 @@ def test_every_entry_point_takes_the_engine_defaults(tiny_llama_dir):
     assert engine_config(parser.parse_args(["serve"]), "m") == EngineConfig(model="m")
     assert parser.parse_args(["generate"]).policy == EngineConfig().policy
     assert LLM(tiny_llama_dir).engine.config == EngineConfig(model=tiny_llama_dir)
+    sim = bench_parser().parse_args(["sim", "--workload", "mixed"])
+    simulated = EngineConfig.from_flat(**engine_config_for(sim.policy)).as_flat()
+    defaults = EngineConfig().as_flat()
+    # only the simulator's sizing (the baselines' common fields) is its own
+    assert {name for name, value in simulated.items() if value != defaults[name]} == \
+        {"max_num_seqs", "max_num_batched_tokens", "dtype"}
 
 
 def test_flat_overrides_route_engine_and_scheduler_fields():
