@@ -12,9 +12,8 @@ import argparse
 import time
 from typing import Callable, NoReturn
 
-from scheduler.config import (KV_MEMORY_MODES, PREEMPTION_MODES, SERVE_TTFT_SLO_TOKENS,
-                              SchedulerConfig)
-from scheduler.policies import POLICIES
+from scheduler.config import KV_MEMORY_MODES, PREEMPTION_MODES, SchedulerConfig
+from scheduler.policies import DEFAULT_POLICY, POLICIES
 from server.cli_checks import (DEFAULT_PLACEMENT, PLACEMENT_NAMES, UsageError, replicas_setup,
                                router_setup, serve_setup)
 from server.config_flags import (parse_cutoff, parse_override, parse_placement_option,
@@ -202,9 +201,9 @@ def _add_serve_parser(sub) -> None:
     serve.add_argument("--model", metavar="DIR",
                        help="HF model directory (default: SmolLM2-135M-Instruct, "
                             "converted once from the installed GGUF file)")
-    serve.add_argument("--policy", choices=list(POLICIES), default="gittins",
-                       help="scheduling policy (gittins: chosen on the steady-state tables of "
-                            "bench/RESULTS.md, 'Learnt scheduling')")
+    serve.add_argument("--policy", choices=list(POLICIES), default=DEFAULT_POLICY,
+                       help="scheduling policy (EngineConfig's default, chosen on the "
+                            "steady-state tables of bench/RESULTS.md, 'Learnt scheduling')")
     serve.add_argument("--host", default="127.0.0.1", help="the address every port listens on")
     grpc_port = serve.add_mutually_exclusive_group()
     grpc_port.add_argument("--port", type=int, default=50051,
@@ -275,7 +274,8 @@ def _add_serve_parser(sub) -> None:
     engine.add_argument("--kv-memory", choices=KV_MEMORY_MODES, default=SCHEDULER.kv_memory,
                         help="what the prefix cache keeps: 'program' (priority-ranked, "
                              "retention across tool calls) or 'lru'")
-    engine.add_argument("--preemption-mode", choices=PREEMPTION_MODES, default="auto",
+    engine.add_argument("--preemption-mode", choices=PREEMPTION_MODES,
+                        default=SCHEDULER.preemption_mode,
                         help="what a preempted call's KV becomes (auto: the cheapest each time)")
     engine.add_argument("--num-kv-blocks", type=int, metavar="N",
                         help="device KV blocks (default: sized from --kv-cache-memory-gb)")
@@ -288,7 +288,7 @@ def _add_serve_parser(sub) -> None:
     engine.add_argument("--multistep", type=int, default=SCHEDULER.multistep, metavar="N",
                         help="decode steps per scheduling round")
     engine.add_argument("--ttft-slo-tokens", type=_non_negative_int,
-                        default=SERVE_TTFT_SLO_TOKENS, metavar="N",
+                        default=SCHEDULER.ttft_slo_tokens or 0, metavar="N",
                         help="first-token deadline as the time this engine takes to prefill N "
                              "tokens: a call still without a token by then (less its own "
                              "prefill) is promoted (0: off; --set ttft_slo_seconds=S sets it "
@@ -431,7 +431,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, help="sampling seed (default: none)")
     gen.add_argument("--dtype", choices=DTYPES, default="float32", help="weights and KV")
     gen.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    gen.add_argument("--policy", choices=list(POLICIES), default="fcfs",
+    gen.add_argument("--policy", choices=list(POLICIES), default=DEFAULT_POLICY,
                      help="scheduling policy")
     gen.set_defaults(run=_generate)
     _add_serve_parser(sub)
@@ -448,7 +448,8 @@ def build_parser() -> argparse.ArgumentParser:
     top.add_argument("--once", action="store_true", help="print one frame and exit")
     top.set_defaults(run=_top)
     demo = sub.add_parser("demo", formatter_class=_HelpFormatter,
-                          help="serve SmolLM2 (ATLAS) and run three agent programs")
+                          help="serve SmolLM2 (the engine's defaults) and run three agent "
+                               "programs")
     demo.add_argument("--model", help="HF model directory (default: SmolLM2-135M-Instruct)")
     demo.add_argument("--dtype", choices=DTYPES, default="float32", help="weights and KV")
     demo.set_defaults(run=_demo)

@@ -148,15 +148,9 @@ def test_help_lists_every_default_and_the_choices(capsys):
             assert action.default is not None or "default" in action.help, action.dest
 
 
-def flat(config: EngineConfig) -> dict:
-    """The config's fields and its scheduler's, by name (as `EngineConfig.from_flat` takes
-    them)."""
-    return {**vars(config.scheduler), **vars(config)}
-
-
 def test_the_parsers_copies_of_engine_defaults_match_engine_config():
     assert cli.DTYPES == DTYPES
-    defaults = flat(EngineConfig())
+    defaults = EngineConfig().as_flat()
     args = cli.build_parser().parse_args(["serve"])
     for field in ("dtype", "device", "kv_cache_memory_gb", "num_kv_blocks", "num_host_blocks",
                   "max_num_seqs", "multistep", "program_ttl", "kv_memory"):
@@ -177,7 +171,7 @@ def test_set_and_the_engine_flags_reach_engine_config(tiny_llama_dir):
                     preemption_mode="swap", block_size=8, starvation_beta=None,
                     quantum_base=2.0, service_mode="tokens", enable_chunked_prefill=False,
                     policy="gittins", enable_prefix_caching=True)
-    assert {k: flat(config)[k] for k in expected} == expected
+    assert {k: config.as_flat()[k] for k in expected} == expected
     assert type(config.scheduler.quantum_base) is float
     assert (options.port, options.http_port, options.served_model_name,
             options.metrics_tenant_label) == (0, 0, "tiny", True)
@@ -189,8 +183,7 @@ def test_serve_sets_a_first_token_deadline_in_tokens_by_default(tiny_llama_dir):
         scheduler = engine_config(args, tiny_llama_dir).scheduler
         return scheduler.ttft_slo_tokens, scheduler.ttft_slo_seconds
 
-    assert EngineConfig().scheduler.ttft_slo_tokens is None  # the library's default: off
-    assert deadline() == (2048, None)
+    assert deadline() == (EngineConfig().scheduler.ttft_slo_tokens, None) == (2048, None)
     assert deadline("--ttft-slo-tokens", "0") == (None, None)
     assert deadline("--ttft-slo-tokens", "512") == (512, None)
     assert deadline("--set", "ttft_slo_seconds=0.5") == (2048, 0.5)  # seconds win (scheduler)
