@@ -16,10 +16,14 @@ function_call_arguments.done with them whole), output_item.done, and response.co
 response.incomplete when cut by length: a function_call that is the last item, the call
 being written when the limit cut it, is then "incomplete" too, with its partial arguments).
 
-Stateless: no response is stored, so `previous_response_id` (send the whole conversation in
-`input` instead), `background` and tools other than functions are refused with a 400 naming
-the field, as is anything else this engine cannot honour. `text.format` json_object and
-json_schema, and a forced `tool_choice`, are enforced by constrained decoding, as on chat.
+Stateful (server/response_store.py): a final response (completed or incomplete) is stored
+unless `store` is false; `previous_response_id` continues one: its conversation (input
+items), its output items, then the new `input` (its `instructions` are not carried over).
+The response object echoes `store`, `previous_response_id` and Agentix's `program_id` (the
+program it ran in; null: a one-call program). `background` and tools other than functions
+are refused with a 400 naming the field, as is anything else this engine cannot honour.
+`text.format` json_object and json_schema, and a forced `tool_choice`, are enforced by
+constrained decoding, as on chat.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ class ResponsesRequest(BaseModel):
     stream: bool = False
     text: dict[str, Any] | None = None
     previous_response_id: str | None = None
+    store: bool = True
     background: bool = False
     # Agentix's own, as on chat.
     program_id: str | None = None
@@ -63,21 +68,25 @@ class ResponsesRequest(BaseModel):
 
     def unsupported(self) -> str | None:
         """The first field set to a value this server cannot honour, or None."""
-        if self.previous_response_id is not None:
-            return "previous_response_id"
         if self.background:
             return "background"
         if any(tool.get("type") != "function" for tool in self.tools or ()):
             return "tools"
         return None
 
-    def to_chat(self) -> ChatCompletionRequest:
-        """The same request as chat (ValueError naming the first bad input item)."""
+    def input_items(self) -> list[dict[str, Any]]:
+        """`input` as items (a string is one user message)."""
+        return [{"role": "user", "content": self.input}] if isinstance(self.input, str) \
+            else self.input
+
+    def to_chat(self, history: list[dict[str, Any]] | None = None) -> ChatCompletionRequest:
+        """The same request as chat, `history` (the items a previous response leaves, already
+        checked) before `input` (ValueError naming the first bad input item)."""
         messages = [{"role": "system", "content": self.instructions}] if self.instructions \
             else []
-        items = [{"role": "user", "content": self.input}] if isinstance(self.input, str) \
-            else self.input
-        for i, item in enumerate(items):
+        for item in history or ():
+            _add_item(messages, item, 0)
+        for i, item in enumerate(self.input_items()):
             _add_item(messages, item, i)
         if not messages:
             raise ValueError("input: must hold at least one message")
@@ -191,6 +200,8 @@ def response_object(body: ResponsesRequest, response_id: str, model: str, create
             if status == "incomplete" else None,
             "error": {"code": "server_error", "message": error} if error else None,
             "model": model, "instructions": body.instructions, "output": output,
+            "previous_response_id": body.previous_response_id, "store": body.store,
+            "program_id": body.program_id,
             "usage": usage, "parallel_tool_calls": body.parallel_tool_calls,
             "tool_choice": body.tool_choice or "auto", "tools": body.tools or [],
             "max_output_tokens": body.max_output_tokens, "temperature": body.temperature,

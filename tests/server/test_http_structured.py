@@ -2,10 +2,10 @@
 Llama with a byte-level tokenizer (any JSON can be spelled): chat `response_format`
 (json_schema, json_object), forced `tool_choice` (a named function, "required"), the
 Responses API's `text.format` and forced calls, and a 400 naming the field for each
-malformed request. Random weights: the outputs are arbitrary but must match their grammar,
-so the schemas force a short output (enums, bounded integers) and each call ends with "stop"
-well before `max_tokens`. After every test nothing is left on the server: no call, no
-block, no program."""
+malformed request; a panic in one call's grammar is that call's 500. Random weights: the
+outputs are arbitrary but must match their grammar, so the schemas force a short output
+(enums, bounded integers) and each call ends with "stop" well before `max_tokens`. After
+every test nothing is left on the server: no call, no block, no program."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from typing import Any
 import jsonschema
 import openai
 import pytest
+from grammar_faults import panic_in_grammars
 from grpc_helpers import server_config, wait_idle
 from structured_schemas import FLAG, PICK, SCHEMAS
 from tool_parser_helpers import joined_calls
@@ -140,6 +141,22 @@ def test_each_choice_and_each_concurrent_call_keeps_its_own_grammar(client):
     for answer, schema in zip(answers, [PICK, FLAG]):
         assert answer.choices[0].finish_reason == "stop"
         jsonschema.validate(json.loads(answer.choices[0].message.content), schema)
+
+
+def test_a_panic_in_one_calls_grammar_is_its_500_and_the_engine_goes_on(client, monkeypatch):
+    """llguidance panicking (a BaseException) as the engine thread hands a call its 2nd
+    token: that call is a 500; the engine thread lives on, and the same request as before
+    the panic gets the same answer."""
+    before = create(client, response_format=JSON_SCHEMA).choices[0]
+    panic_in_grammars(monkeypatch, lambda spec: json.loads(spec.json_schema).get("title")
+                      == "panics", "consume_token", 2)
+    panics = {"type": "json_schema", "json_schema": {"name": "pick",
+                                                     "schema": {**PICK, "title": "panics"}}}
+    with pytest.raises(openai.InternalServerError,
+                       match="the engine failed while running this call"):
+        create(client.with_options(timeout=10), response_format=panics)
+    after = create(client.with_options(timeout=10), response_format=JSON_SCHEMA).choices[0]
+    assert (after.message.content, after.finish_reason) == (before.message.content, "stop")
 
 
 def generated(server) -> int:
