@@ -7,8 +7,9 @@ for, the OpenAI-compatible HTTP server and a metrics-only HTTP server (uvicorn).
     running.stop()          # NOT_SERVING, drain (grace), abort the rest, stop
 
 Health reports SERVING for "" and "agentix.v1.Agentix" from when the model is loaded until
-shutdown starts. Health, reflection and /metrics need no token; the Agentix service and the
-OpenAI endpoints do when auth is on.
+shutdown starts, except while the engine is stalled and, for good, once it broke (a
+tensor-parallel worker died). Health, reflection and /metrics need no token; the Agentix
+service and the OpenAI endpoints do when auth is on.
 """
 
 from __future__ import annotations
@@ -26,31 +27,24 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from engine import EngineConfig, LLMEngine
+from scheduler.addresses import format_address
 from server.auth import RouterTrust, TokenAuth
 from server.door_backend import EngineBackend
 from server.engine_loop import EngineLoop
-from server.handlers import add_service
+from server.handlers import HEALTH_SERVICE_NAME, SERVICE_NAME, add_service
+from server.http_server import HANDLER_GRACE, HttpServer, bind_socket
 from server.metrics import ServerMetrics
-from server.limits import DEFAULT_MAX_PROMPT_BYTES
+from server.limits import DEFAULT_MAX_PROMPT_BYTES, MESSAGE_OVERHEAD_BYTES
 from server.prompts import PromptTokenizer
 from server.reasoning_parsers import reasoning_parser_class
+from server.response_store import ResponseLimits, ResponseStore
 from server.reflection import enable_reflection
 from server.signals import StopSignals
-from server.service import SERVICE_NAME, AgentixServicer
+from server.service import AgentixServicer
 from server.tool_parsers import make_tool_parser
 
-HEALTH_SERVICE_NAME = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
-HANDLER_GRACE = 1.0  # after the engine drained: time for handlers to send their last message
-# Open HTTP connections and requests in flight one HTTP port serves at once; past it uvicorn
-# answers 503 at once (idle or slow clients cannot grow the server without bound).
-MAX_HTTP_CONNECTIONS = 2048
 HEALTH_POLL_SECONDS = 0.5
-MESSAGE_OVERHEAD_BYTES = 1 << 20
 log = logging.getLogger(__name__)
-
-
-def format_address(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
 
 @dataclass(frozen=True)
@@ -69,7 +63,8 @@ class ServeOptions:
     (None: off) turns on "auto" tool choice over HTTP and gRPC: chat outputs are parsed into
     tool calls in that format (`server.tool_parsers`). `reasoning_parser` (None: off) names
     the format of the model's reasoning (`server.reasoning_parsers`; carried for the HTTP
-    door, which does not split reasoning out yet)."""
+    door, which does not split reasoning out yet). `responses` bounds the stored Responses
+    of the HTTP door (server/response_store.py)."""
 
     host: str = "127.0.0.1"
     port: int | None = 0
@@ -85,6 +80,7 @@ class ServeOptions:
     router_token: str | None = field(default=None, repr=False)
     tool_call_parser: str | None = None
     reasoning_parser: str | None = None
+    responses: ResponseLimits = ResponseLimits()
 
     def __post_init__(self) -> None:
         if self.port is None and self.http_port is None:
@@ -108,49 +104,6 @@ class ServeOptions:
             make_tool_parser(self.tool_call_parser)  # ValueError naming the supported ones
         if self.reasoning_parser is not None:
             reasoning_parser_class(self.reasoning_parser)  # ValueError naming the supported
-
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on host:port (OSError naming the address when it is taken)."""
-    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host.strip("[]"), port))
-        sock.listen(128)
-    except OSError as exc:
-        sock.close()
-        raise OSError(exc.errno, f"cannot listen on {format_address(host, port)}: "
-                                 f"{exc.strerror}") from None
-    return sock
-
-
-class HttpServer:
-    """One uvicorn server on the event loop, on an already bound socket."""
-
-    def __init__(self, app, sock: socket.socket) -> None:
-        import uvicorn
-
-        self.sock = sock
-        self.port = sock.getsockname()[1]
-        config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False,
-                                timeout_graceful_shutdown=HANDLER_GRACE,
-                                limit_concurrency=MAX_HTTP_CONNECTIONS)
-        self._server = uvicorn.Server(config)
-        self._task: asyncio.Task | None = None
-
-    async def start(self) -> None:
-        self._task = asyncio.ensure_future(self._server.serve(sockets=[self.sock]))
-        while not self._server.started:
-            if self._task.done():
-                self._task.result()  # raises why it could not start
-            await asyncio.sleep(0.01)
-
-    async def stop(self) -> None:
-        self._server.should_exit = True
-        if self._task is not None:
-            await self._task
-        self.sock.close()
 
 
 @dataclass
@@ -248,17 +201,18 @@ async def _start_grpc(engine_loop: EngineLoop, prompts: PromptTokenizer,
 
 async def _watch_health(engine_loop: EngineLoop, health_servicer: health.aio.HealthServicer
                         ) -> None:
-    """Health follows the engine's heartbeat: NOT_SERVING while it is stalled, SERVING
-    again once it makes progress (until draining, which sets NOT_SERVING for good)."""
+    """Health follows the engine (`EngineLoop.unavailable`): NOT_SERVING while it is
+    stalled, SERVING again once it makes progress; NOT_SERVING for good once it broke or
+    draining began."""
     serving = True
     while not engine_loop.draining:
-        if engine_loop.stalled() == serving:
-            serving = not serving
+        why = engine_loop.unavailable()
+        if (why is None) != serving:
+            serving = why is None
             status = (health_pb2.HealthCheckResponse.SERVING if serving
                       else health_pb2.HealthCheckResponse.NOT_SERVING)
             if not serving:
-                log.error("engine stalled: no progress for %g s with work in flight",
-                          engine_loop.stall_seconds)
+                log.error("engine not serving: %s", why)
             for service in ("", SERVICE_NAME):
                 await health_servicer.set(service, status)
         await asyncio.sleep(HEALTH_POLL_SECONDS)
@@ -274,9 +228,11 @@ async def _start_all(engine_loop: EngineLoop, prompts: PromptTokenizer,
         if "http" in sockets:
             from server.openai_app import build_app
 
-            max_model_len = await engine_loop.run(lambda engine: engine.max_model_len)
+            max_model_len, program_ttl = await engine_loop.run(
+                lambda engine: (engine.max_model_len, engine.config.scheduler.program_ttl))
             services.http["http"] = HttpServer(
                 build_app(backend, prompts, auth, model_name, max_model_len,
+                          ResponseStore(options.responses, program_ttl),
                           options.tool_call_parser, metrics),
                 sockets["http"])
         if "metrics" in sockets:

@@ -4,6 +4,7 @@ or a router's replicas: the same code on a `server.door_backend.DoorBackend`.
     POST /v1/chat/completions   messages through the model's chat template; SSE when stream
     POST /v1/completions        a string or token ids, or a batch (n choices per prompt)
     POST /v1/responses          the Responses API as a form of chat (server/openai_responses.py)
+    GET, DELETE /v1/responses/{id}  a stored response (server/response_store.py)
     POST /tokenize, /detokenize vLLM's token endpoints (server/openai_tokens.py)
     GET  /v1/models, /health, /metrics (an engine's, or the router's own)
     GET  /v1/programs/{id}      the program's process-table record
@@ -13,16 +14,19 @@ Program identity: the `X-Program-Id` header (alias `X-Session-Id`) or `program_i
 body; an unknown id starts the program, for the bearer token's tenant (TTL expiry ends it).
 No program named: the call gets a one-call program, or with several calls (`n > 1`, batched
 prompts) a program of its own whose threads ATLAS schedules together, ended when the
-request ends. A program a request
-starts (an unknown id, or the n choices' own) gets the class the `X-Program-Class` header or
-`program_class` in the body gives (the header wins; checked like an id, else 400 naming
-`program_class`); a program that exists keeps its class, a one-call program has none.
+request ends; a chain of stored Responses is one program (`OpenAIDoor._start_response`).
+A program a request starts (an unknown id, or the n choices' own) gets the class the
+`X-Program-Class` header or `program_class` in the body gives (the header wins; checked like
+an id, else 400 naming `program_class`); a program that exists keeps its class, a one-call
+program has none.
 Tools: a chat request's `tools` reach the chat template (unless `tool_choice` is "none"), as
 do an assistant message's `tool_calls` and a tool message's `tool_call_id` and `name`. With
 `tool_choice` "auto" (or unset) the server must parse tool calls (`tool_call_parser`, vLLM's
 `--enable-auto-tool-choice --tool-call-parser NAME`; else 400 naming `tool_choice`): each
 choice's output becomes `message.tool_calls` (finish_reason "tool_calls") and content, or
-streams as tool-call deltas; `parallel_tool_calls: false` keeps the first call. A forced
+streams as tool-call deltas (a call opens once its name is known, its arguments stream as
+written); a call the token limit cut has its arguments so far (finish_reason "length");
+`parallel_tool_calls: false` keeps the first call. A forced
 `tool_choice` ("required", a named function) and `response_format` are constrained decoding
 (`server.openai_structured`, `server.tool_parsers.forced`).
 `ttft_slo_seconds` in the body is the first-token deadline of each call the request makes
@@ -36,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 from dataclasses import dataclass
@@ -46,8 +51,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from engine import ChatPrompt, CompletionOutput
 from engine.errors import UnknownProgramError
-from engine.llm_engine import check_ttft_slo
 from engine.logprobs import TokenLogprob
+from scheduler.deadlines import check_ttft_slo
 from scheduler.ids import check_id
 from server.auth import AuthError, TokenAuth
 from server.call_stream import StreamDelta
@@ -66,6 +71,7 @@ from server.openai_protocol import (ChatCompletionRequest, CompletionRequest, ch
 from server.openai_responses import (ResponseEvents, ResponsesRequest, final_status,
                                      output_items, response_object, response_usage)
 from server.prompts import PromptTokenizer
+from server.response_store import ResponseStore, StoredResponse
 from server.tool_parsers import ParsedOutput, ToolParser, make_tool_parser
 from server.tool_parsers.forced import ForcedCallParser
 from server.wire import SHUTDOWN, message_to_dict
@@ -78,6 +84,9 @@ PROGRAM_HEADERS = ("x-program-id", "x-session-id")
 PROGRAM_CLASS_HEADER = "x-program-class"
 DISCONNECT_POLL_SECONDS = 0.25  # how often a non-streamed request checks for its client
 CLIENT_CLOSED_REQUEST = 499     # the status logged for a request whose client went away
+NOT_STORED = ("no stored response has this id (it is unknown, expired, deleted or another "
+              "tenant's)")
+Keep = Callable[[dict[str, Any]], None]  # stores a finished response object
 
 
 @dataclass(frozen=True)
@@ -99,12 +108,14 @@ class StartedCalls:
 
 
 class OpenAIDoor:
-    """The handlers; `auth=None` turns authentication off."""
+    """The handlers; `auth=None` turns authentication off; `responses` keeps the stored
+    Responses."""
 
     def __init__(self, backend: DoorBackend, prompts: PromptTokenizer, auth: TokenAuth | None,
-                 model_name: str, max_model_len: int, tool_call_parser: str | None = None
-                 ) -> None:
+                 model_name: str, max_model_len: int, responses: ResponseStore,
+                 tool_call_parser: str | None = None) -> None:
         self.tool_call_parser = tool_call_parser
+        self.responses_store = responses
         self.backend = backend
         self.prompts = prompts
         self.auth = auth
@@ -184,35 +195,103 @@ class OpenAIDoor:
         return lambda: make_tool_parser(name)
 
     async def responses(self, request: Request, body: ResponsesRequest) -> Response:
-        """`/v1/responses`: the request as chat, its output as a `response` (or its
-        streamed events)."""
+        """`/v1/responses`: the request as chat (after the conversation of the response it
+        continues), its output as a `response` (or its streamed events), stored once final
+        (completed or incomplete) unless `store` is false; a failed or abandoned response
+        is not stored. 400 naming `previous_response_id` when no stored response
+        of the caller's has that id."""
+        ns = self.namespace(request)
         unsupported = body.unsupported()
         if unsupported is not None:
-            raise HttpError(400, f"{unsupported}: not supported by this server (it stores no "
-                                 f"responses)", unsupported)
+            raise HttpError(400, f"{unsupported}: not supported by this server", unsupported)
+        previous = None
+        if body.previous_response_id is not None:
+            previous = self.responses_store.get(ns.tenant, body.previous_response_id)
+            if previous is None:
+                raise HttpError(400, f"previous_response_id: {NOT_STORED}",
+                                "previous_response_id")
+        history = previous.continued() if previous is not None else []
         try:
-            chat = body.to_chat()
+            chat = body.to_chat(history)
         except ValueError as exc:
             raise http_error_of(exc) from None
-        started = await self.start_calls(request, chat, lambda: [chat.chat()])
-        response_id = f"resp_{started.ns.outer(started.streams[0].call_id)}"
+        started = await self._start_response(request, body, chat, previous)
+        response_id = f"resp_{ns.outer(started.streams[0].call_id)}"
+        served = body.model_copy(update={"program_id": None if started.program_id is None
+                                         else ns.outer(started.program_id)})
+        keep = None if not body.store else functools.partial(
+            self._keep, ns, response_id, [*history, *body.input_items()], started.program_id)
         created = now_seconds()
         if body.stream:
-            events = ResponseEvents(body, response_id, self.model_name, created)
-            return StreamingResponse(self._response_sse(started, events, chat),
+            events = ResponseEvents(served, response_id, self.model_name, created)
+            return StreamingResponse(self._response_sse(started, events, chat, keep),
                                      media_type="text/event-stream")
         completions = await self.finish_calls(request, started)
         if completions is None:  # the client went away: its calls are aborted
             return Response(status_code=CLIENT_CLOSED_REQUEST)
         completion = completions[0]
         parsed = _parsed(started.parser, completion.text, chat.parallel_tool_calls)
-        return JSONResponse(response_object(
-            body, response_id, self.model_name, created, final_status(completion),
-            output_items(response_id, completion, parsed), response_usage(completion)))
+        response = response_object(
+            served, response_id, self.model_name, created, final_status(completion),
+            output_items(response_id, completion, parsed), response_usage(completion))
+        if keep is not None:
+            keep(response)
+        return JSONResponse(response)
+
+    async def _start_response(self, request: Request, body: ResponsesRequest,
+                              chat: ChatCompletionRequest, previous: StoredResponse | None
+                              ) -> StartedCalls:
+        """Start a response's call. A chain of responses is one program: with none named,
+        a continuation joins the program of the response it continues, and a stored
+        response that continues none starts a program of its own (implicitly, for the
+        tenant, ended by TTL). Should the chain's program have ended (TTL, or its end: 409)
+        the chain goes on in a new one; should a new one be past a program cap (429) the
+        response runs as a one-call program, as does one neither stored nor continuing."""
+        def prompts() -> list[Prompt]:
+            return [chat.chat()]
+
+        if _named_program(request, chat) is not None or not (body.store or previous):
+            return await self.start_calls(request, chat, prompts)
+        ns = self.namespace(request)
+        if previous is not None and previous.program_id is not None:
+            try:
+                return await self.start_calls(request, chat, prompts, previous.program_id)
+            except HttpError as exc:
+                if exc.status != 409:
+                    raise
+        try:
+            return await self.start_calls(request, chat, prompts,
+                                          ns.inner("program_id", new_id("prog")))
+        except HttpError as exc:
+            if exc.status != 429:
+                raise
+        return await self.start_calls(request, chat, prompts)
+
+    def _keep(self, ns: Namespace, response_id: str, conversation: list[dict[str, Any]],
+              program_id: str | None, response: dict[str, Any]) -> None:
+        """Store a finished response: what it answered and the object sent."""
+        self.responses_store.put(ns.tenant, response_id,
+                                 StoredResponse(conversation, response, program_id))
+
+    async def get_response(self, request: Request, response_id: str) -> dict[str, Any]:
+        """A stored response object; 404 when the caller has none of that id."""
+        stored = self.responses_store.get(self.namespace(request).tenant, response_id)
+        if stored is None:
+            raise HttpError(404, NOT_STORED)
+        return stored.response
+
+    async def delete_response(self, request: Request, response_id: str) -> dict[str, Any]:
+        """Forget a stored response (its program goes on); 404 as `get_response`."""
+        if not self.responses_store.delete(self.namespace(request).tenant, response_id):
+            raise HttpError(404, NOT_STORED)
+        return {"id": response_id, "object": "response", "deleted": True}
 
     async def _response_sse(self, started: StartedCalls, events: ResponseEvents,
-                            chat: ChatCompletionRequest) -> AsyncIterator[str]:
-        """A response's event stream (a client that goes away aborts the call)."""
+                            chat: ChatCompletionRequest, keep: Keep | None
+                            ) -> AsyncIterator[str]:
+        """A response's event stream (a client that goes away aborts the call); `keep`
+        stores the response object of its final event (completed or incomplete) before
+        that event is sent."""
         parser = (_StreamedCalls(started.parser, chat.parallel_tool_calls)
                   if started.parser else None)
         try:
@@ -236,7 +315,10 @@ class OpenAIDoor:
                                              "the server is shutting down: retry it"):
                         yield event
                 else:
-                    for event in events.finish(item.completion):
+                    finished = events.finish(item.completion)
+                    if keep is not None:  # the object the client gets, from its final event
+                        keep(json.loads(finished[-1].split("data: ", 1)[1])["response"])
+                    for event in finished:
                         yield event
         except Exception as exc:  # the call's stream ended in a request error
             for event in events.fail(http_error_of(started.ns.outer_error(exc)).message):
@@ -295,17 +377,18 @@ class OpenAIDoor:
         return completion_logprobs(entries, texts, offset)
 
     async def start_calls(self, request: Request, body,
-                          prompts_of: Callable[[], list[Prompt]]) -> StartedCalls:
+                          prompts_of: Callable[[], list[Prompt]], program: str | None = None
+                          ) -> StartedCalls:
         """Authenticate, validate and submit a request's calls, `n` per prompt in order
-        (HttpError naming what is wrong; nothing is left submitted then)."""
+        (HttpError naming what is wrong; nothing is left submitted then). `program` (an
+        engine id; started if unknown) is the calls' program when the client names none."""
         ns = self.namespace(request)
         self.check_model(body.model)
         unsupported = body.unsupported()
         if unsupported is not None:
             raise HttpError(400, f"{unsupported}: not supported by this server", unsupported)
         parser = self._tool_parser(body)
-        named = next((request.headers[h] for h in PROGRAM_HEADERS if h in request.headers),
-                     body.program_id)
+        named = _named_program(request, body)
         program_class = request.headers.get(PROGRAM_CLASS_HEADER, body.program_class)
         try:
             prompts = [await self.prompts.token_ids(p) for p in prompts_of()]
@@ -317,12 +400,12 @@ class OpenAIDoor:
                 if value is not None:
                     check_id(field, value)
             check_ttft_slo(body.ttft_slo_seconds)
-            program_id = None if named is None else ns.inner("program_id", named)
+            program_id = program if named is None else ns.inner("program_id", named)
         except ValueError as exc:
             raise http_error_of(exc) from None
         calls = [(token_ids, i * body.n + j) for i, token_ids in enumerate(prompts)
                  for j in range(body.n)]
-        own_program = named is None and len(calls) > 1
+        own_program = named is None and program is None and len(calls) > 1
         headers = tuple(request.headers.items())
         if own_program:
             program_id = ns.inner("program_id", new_id("prog"))
@@ -461,6 +544,13 @@ class OpenAIDoor:
         finally:
             await self.end_calls(started)
         yield "data: [DONE]\n\n"
+
+
+def _named_program(request: Request, body) -> str | None:
+    """The program the client names: the X-Program-Id (or X-Session-Id) header, else the
+    body's `program_id` (None: none)."""
+    return next((request.headers[h] for h in PROGRAM_HEADERS if h in request.headers),
+                body.program_id)
 
 
 def _parsed(parser: ParserFactory | None, text: str, parallel: bool) -> ParsedOutput | None:

@@ -55,7 +55,7 @@ class _Body(BaseModel):
     program_class: str | None = None  # of a program this request starts
     thread_id: str | None = None
     expected_tool_seconds: float | None = None
-    ttft_slo_seconds: float | None = None  # first-token deadline (engine.llm_engine.check_ttft_slo)
+    ttft_slo_seconds: float | None = None  # first-token deadline (scheduler.deadlines)
     # Accepted only at their "off" values (see the module docstring).
     best_of: int | None = None
     presence_penalty: float | None = None

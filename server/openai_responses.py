@@ -11,13 +11,19 @@ tool parser on the server, as for chat); an item's id is `msg_` or `fc_`, the re
 and the item's output index, streamed or not. Streaming sends the API's typed events, each with
 its `sequence_number`: response.created, response.in_progress, then per output item
 output_item.added, (content_part.added, output_text.delta..., output_text.done,
-content_part.done | function_call_arguments.delta, function_call_arguments.done),
-output_item.done, and response.completed (or response.incomplete when cut by length).
+content_part.done | function_call_arguments.delta... as the arguments are written,
+function_call_arguments.done with them whole), output_item.done, and response.completed (or
+response.incomplete when cut by length: a function_call that is the last item, the call
+being written when the limit cut it, is then "incomplete" too, with its partial arguments).
 
-Stateless: no response is stored, so `previous_response_id` (send the whole conversation in
-`input` instead), `background` and tools other than functions are refused with a 400 naming
-the field, as is anything else this engine cannot honour. `text.format` json_object and
-json_schema, and a forced `tool_choice`, are enforced by constrained decoding, as on chat.
+Stateful (server/response_store.py): a final response (completed or incomplete) is stored
+unless `store` is false; `previous_response_id` continues one: its conversation (input
+items), its output items, then the new `input` (its `instructions` are not carried over).
+The response object echoes `store`, `previous_response_id` and Agentix's `program_id` (the
+program it ran in; null: a one-call program). `background` and tools other than functions
+are refused with a 400 naming the field, as is anything else this engine cannot honour.
+`text.format` json_object and json_schema, and a forced `tool_choice`, are enforced by
+constrained decoding, as on chat.
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ class ResponsesRequest(BaseModel):
     stream: bool = False
     text: dict[str, Any] | None = None
     previous_response_id: str | None = None
+    store: bool = True
     background: bool = False
     # Agentix's own, as on chat.
     program_id: str | None = None
@@ -61,21 +68,25 @@ class ResponsesRequest(BaseModel):
 
     def unsupported(self) -> str | None:
         """The first field set to a value this server cannot honour, or None."""
-        if self.previous_response_id is not None:
-            return "previous_response_id"
         if self.background:
             return "background"
         if any(tool.get("type") != "function" for tool in self.tools or ()):
             return "tools"
         return None
 
-    def to_chat(self) -> ChatCompletionRequest:
-        """The same request as chat (ValueError naming the first bad input item)."""
+    def input_items(self) -> list[dict[str, Any]]:
+        """`input` as items (a string is one user message)."""
+        return [{"role": "user", "content": self.input}] if isinstance(self.input, str) \
+            else self.input
+
+    def to_chat(self, history: list[dict[str, Any]] | None = None) -> ChatCompletionRequest:
+        """The same request as chat, `history` (the items a previous response leaves, already
+        checked) before `input` (ValueError naming the first bad input item)."""
         messages = [{"role": "system", "content": self.instructions}] if self.instructions \
             else []
-        items = [{"role": "user", "content": self.input}] if isinstance(self.input, str) \
-            else self.input
-        for i, item in enumerate(items):
+        for item in history or ():
+            _add_item(messages, item, 0)
+        for i, item in enumerate(self.input_items()):
             _add_item(messages, item, i)
         if not messages:
             raise ValueError("input: must hold at least one message")
@@ -142,7 +153,8 @@ def _text(content: Any, i: int) -> str | list[dict[str, str]]:
 
 def output_items(response_id: str, completion: CompletionOutput,
                  parsed: ParsedOutput | None) -> list[dict[str, Any]]:
-    """The response's output: a message with the text (if any), then the tool calls."""
+    """The response's output: a message with the text (if any), then the tool calls (the
+    last one "incomplete" when the token limit cut the output)."""
     text = completion.text if parsed is None else parsed.content
     items: list[dict[str, Any]] = []
     if text or parsed is None or not parsed.tool_calls:
@@ -150,6 +162,8 @@ def output_items(response_id: str, completion: CompletionOutput,
     for call in parsed.tool_calls if parsed is not None else ():
         items.append(function_call_item(output_item_id("fc", response_id, len(items)),
                                         call.to_openai()))
+    if items[-1]["type"] == "function_call":
+        items[-1]["status"] = final_status(completion)
     return items
 
 
@@ -186,6 +200,8 @@ def response_object(body: ResponsesRequest, response_id: str, model: str, create
             if status == "incomplete" else None,
             "error": {"code": "server_error", "message": error} if error else None,
             "model": model, "instructions": body.instructions, "output": output,
+            "previous_response_id": body.previous_response_id, "store": body.store,
+            "program_id": body.program_id,
             "usage": usage, "parallel_tool_calls": body.parallel_tool_calls,
             "tool_choice": body.tool_choice or "auto", "tools": body.tools or [],
             "max_output_tokens": body.max_output_tokens, "temperature": body.temperature,
@@ -250,10 +266,10 @@ class ResponseEvents:
         return events
 
     def finish(self, completion: CompletionOutput) -> list[str]:
-        events = self._close()
+        status = final_status(completion)
+        events = self._close(status)
         if not self.output:  # no output at all: still one (empty) message
             events += self._open_message() + self._close()
-        status = final_status(completion)
         return events + [self._event(f"response.{status}", response=self._response(
             status, response_usage(completion)))]
 
@@ -274,8 +290,9 @@ class ResponseEvents:
         return self._event("response.output_item.added", output_index=len(self.output),
                            item=dict(self.open))
 
-    def _close(self) -> list[str]:
-        """Finish the open item (if any): its done events, then it joins the output."""
+    def _close(self, call_status: str = "completed") -> list[str]:
+        """Finish the open item (if any): its done events, then it joins the output; a
+        function call's status is `call_status` (incomplete: the token limit cut it)."""
         if self.open is None:
             return []
         item, where, text = self.open, self._where(), self.text
@@ -286,7 +303,7 @@ class ResponseEvents:
                       self._event("response.content_part.done", **where, content_index=0,
                                   part=output_text(text))]
         else:
-            done = {**item, "arguments": text, "status": "completed"}
+            done = {**item, "arguments": text, "status": call_status}
             events = [self._event("response.function_call_arguments.done", **where,
                                   arguments=text)]
         events.append(self._event("response.output_item.done", output_index=where[

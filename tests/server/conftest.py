@@ -25,8 +25,9 @@ def tool_call_model_dir(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def grpc_server(tiny_llama_dir):
-    """One plain server (no auth) shared by a test module."""
-    server = start(tiny_llama_dir)
+    """One plain server (no auth, no first-token deadline of its own: a call's is the only
+    one) shared by a test module."""
+    server = start(tiny_llama_dir, ttft_slo_tokens=None)
     yield server
     server.stop(grace=0)
 

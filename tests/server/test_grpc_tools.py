@@ -1,9 +1,9 @@
 """Tools over gRPC, on the model that answers every chat with one hermes-style tool call
 (tests/tool_call_model.py): `ChatMessages.tools` reach the chat template, an assistant's
 `tool_calls` and a tool's `tool_call_id` round-trip through it, and with a tool parser on
-the server the final message carries the parsed call (finish_reason "tool_calls"); a
-malformed forced `tool_choice` is refused naming it (forced calls themselves:
-tests/server/test_grpc_structured.py)."""
+the server the final message carries the parsed call (finish_reason "tool_calls"; cut by
+max_tokens: the arguments so far and "length"); a malformed forced `tool_choice` is refused
+naming it (forced calls themselves: tests/server/test_grpc_structured.py)."""
 
 from __future__ import annotations
 
@@ -65,6 +65,15 @@ def test_the_final_message_carries_the_parsed_call(parsing):
         "get_weather", ARGUMENTS, "tool_calls", "")
     assert call.id.startswith("call_")
     assert final.usage.prompt_tokens == 3  # "tools hello go": the tools reached the template
+
+
+def test_a_call_cut_by_max_tokens_is_in_the_final_message_with_its_arguments_so_far(parsing):
+    request = chat(HELLO)
+    request.sampling.max_tokens = 5  # the output ends at ' {"city":'
+    _, text, final = collect(parsing.Generate(request))
+    assert text == " ".join(CALL_TEXT.split()[:5])
+    assert [(c.name, c.arguments) for c in final.tool_calls] == [("get_weather", '{"city": ')]
+    assert (final.finish_reason, final.text) == ("length", "")
 
 
 def test_a_conversation_with_calls_and_results_reaches_the_template(parsing):

@@ -132,18 +132,18 @@ RESPONSE_ID = "resp_call-1"
 CALLS = (ToolCall("call_a", "get_weather", ARGUMENTS), ToolCall("call_b", "get_time", "{}"))
 
 
-def finished(text: str) -> CompletionOutput:
+def finished(text: str, finish_reason: str = "stop") -> CompletionOutput:
     return CompletionOutput(call_id="call-1", prompt_token_ids=[1, 2], token_ids=[3],
-                            text=text, finish_reason="stop", num_cached_tokens=0,
+                            text=text, finish_reason=finish_reason, num_cached_tokens=0,
                             num_preemptions=0, queue_seconds=0.0, service_seconds=0.0,
                             arrival_time=0.0, first_token_time=None, finish_time=0.0)
 
 
-def streamed(*fragments: dict) -> list[dict]:
+def streamed(*fragments: dict, finish_reason: str = "stop") -> list[dict]:
     """The payloads of a response's events, streamed as `fragments` (chat deltas)."""
     events = ResponseEvents(ResponsesRequest(input="hello"), RESPONSE_ID, "tiny", 0)
     sse = events.start() + [e for f in fragments for e in events.fragment(f)]
-    sse += events.finish(finished(""))
+    sse += events.finish(finished("", finish_reason))
     return [json.loads(event.split("data: ", 1)[1]) for event in sse]
 
 
@@ -173,3 +173,28 @@ def test_two_messages_of_one_streamed_response_have_ids_of_their_own():
     (completed,) = [p["response"] for p in payloads if p["type"] == "response.completed"]
     assert [item["id"] for item in completed["output"]] == [
         f"msg_{RESPONSE_ID}_0", f"fc_{RESPONSE_ID}_1", f"msg_{RESPONSE_ID}_2"]
+
+
+def test_arguments_stream_in_deltas_and_a_call_the_token_limit_cut_is_incomplete():
+    """Argument fragments are `function_call_arguments.delta` events, then one `.done` with
+    the whole arguments; cut by the limit, the response is incomplete and so is its last
+    item (a call), streamed or not, while the call before it is completed."""
+    call = ToolCall("call_a", "get_weather", '{"city": "Par')
+    (opening, _), arguments = opened(call), ['{"city": ', '"Par']
+    payloads = streamed(*opened(CALLS[1]), opening,
+                        *({"tool_calls": [{"index": 1, "function": {"arguments": a}}]}
+                          for a in arguments), finish_reason="length")
+    assert [(p["type"], p.get("delta", p.get("arguments"))) for p in payloads[6:]] == [
+        ("response.output_item.added", None),
+        ("response.function_call_arguments.delta", '{"city": '),
+        ("response.function_call_arguments.delta", '"Par'),
+        ("response.function_call_arguments.done", '{"city": "Par'),
+        ("response.output_item.done", None),
+        ("response.incomplete", None),
+    ]
+    whole = output_items(RESPONSE_ID, finished("", "length"), ParsedOutput(None, (CALLS[1], call)))
+    assert [item["status"] for item in whole] == ["completed", "incomplete"]
+    assert payloads[-1]["response"]["output"] == whole
+    assert payloads[-1]["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
+    text_only = output_items(RESPONSE_ID, finished("Cut", "length"), ParsedOutput("Cut", ()))
+    assert [item["status"] for item in text_only] == ["completed"]  # messages keep theirs

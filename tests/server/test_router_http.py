@@ -4,7 +4,8 @@ in the router's records, the program on the replica it was placed on, ended ever
 a request's n choices as a program of its own; a client that goes away aborts its call on
 the replica; the replicas' refusals relayed with OpenAI's body; a replica lost before a call
 streams is failed over; tool calls parsed by the router's door with the openai SDK; auth as
-on one server (tenant namespaces, the client's token forwarded)."""
+on one server (tenant namespaces, the client's token forwarded); a chain of stored
+Responses as one program."""
 
 from __future__ import annotations
 
@@ -121,6 +122,21 @@ def test_n_choices_run_as_a_program_of_their_own_ended_with_the_request(
     assert [c.index for c in answer.choices] == [0, 1]
     assert answer.choices[0].text == answer.choices[1].text  # greedy
     assert router.call(lambda: len(router.router.programs.table)) == 0
+
+
+def test_a_chain_of_stored_responses_is_one_program_in_the_routers_records(
+        router, client, idle):
+    first = client.responses.create(model="tiny-llama", input="w5", temperature=0,
+                                    max_output_tokens=4)
+    second = client.responses.create(model="tiny-llama", input="w5", temperature=0,
+                                     max_output_tokens=4, previous_response_id=first.id)
+    # w7 w5 w8 <the first answer> w7 w5 w9: the stored conversation, then the new input
+    assert second.usage.input_tokens == 6 + len(first.output_text.split())
+    program = first.model_extra["program_id"]
+    assert program.startswith("prog-") and second.model_extra["program_id"] == program
+    assert get(router, f"/v1/programs/{program}")[1]["num_calls"] == 2
+    assert client.responses.retrieve(second.id).model_dump() == second.model_dump()
+    assert post(router, f"/v1/programs/{program}:end", {})[0] == 200
 
 
 def test_a_client_that_goes_away_aborts_its_call_on_the_replica(router, client, replicas,

@@ -1,5 +1,6 @@
 """Helpers for the tool-parser tests: counter ids, streaming a text in given pieces, and folding
-the delta fragments of a stream back into (content, calls) to compare with `parse`."""
+the delta fragments of a stream back into (content, calls) to compare with `parse` (or, for
+the door tests, the openai SDK's tool-call deltas into calls)."""
 
 from __future__ import annotations
 
@@ -54,3 +55,14 @@ def splits(text: str, max_pieces: int) -> Iterable[list[str]]:
         for points in itertools.combinations(range(1, len(text)), cuts):
             bounds = (0, *points, len(text))
             yield [text[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+def joined_calls(deltas) -> list[tuple[str, str]]:
+    """(name, arguments) of each call an openai SDK stream's tool-call deltas make, its
+    argument deltas joined, by index."""
+    calls: dict[int, list[str]] = {}
+    for delta in deltas:
+        name, arguments = calls.setdefault(delta.index, ["", ""])
+        calls[delta.index] = [name + (delta.function.name or ""),
+                              arguments + (delta.function.arguments or "")]
+    return [tuple(calls[i]) for i in sorted(calls)]
