@@ -34,16 +34,29 @@ class ReasoningParser(ABC):
     exactly the text a tool parser should see: tool calls are parsed from the content only.
 
     `markers` are the texts the format needs as single tokens of the model's vocabulary
-    (checked at startup: `server.reasoning_parsers.vocabulary`). Subclass constructors take
-    no arguments.
+    (checked at startup: `server.reasoning_parsers.vocabulary`). A parser is made for one
+    request's output: `in_content` when its prompt already closed the reasoning
+    (`closes_reasoning`: the output is content from its start), `call_marker` the text that
+    opens a call in the request's tool format (hermes's `<tool_call>`; None: no tool
+    parsing), which may end an unclosed reasoning where the format says so. Subclass
+    constructors take these two arguments only.
     """
 
     markers: ClassVar[tuple[str, ...]]
 
-    def __init__(self) -> None:
+    def __init__(self, in_content: bool = False, call_marker: str | None = None) -> None:
+        self.in_content = in_content
+        self.call_marker = call_marker
         self._pending = ""  # text fed but not yet decided by _scan
         self._quiet = ""  # whitespace-only reasoning held until other reasoning follows
         self._reasoned = False  # whether a reasoning fragment has been sent
+
+    @classmethod
+    @abstractmethod
+    def closes_reasoning(cls, prompt_tail: str) -> bool:
+        """Whether a prompt whose text ends with `prompt_tail` has closed the reasoning
+        already (a chat template with thinking turned off writes an empty reasoning into
+        the prompt), so that the output is all content."""
 
     @abstractmethod
     def _scan(self, text: str, final: bool) -> tuple[list[tuple[Kind, str]], int]:
@@ -55,7 +68,7 @@ class ReasoningParser(ABC):
     def parse(self, text: str) -> tuple[str | None, str | None]:
         """(reasoning, content) of a complete output; never raises. Uses a fresh instance, so
         it does not disturb a stream in progress on this one."""
-        fresh = type(self)()
+        fresh = type(self)(self.in_content, self.call_marker)
         fragments = fresh.feed(text) + fresh.finish()
         reasoning = "".join(f.get(REASONING, "") for f in fragments)
         content = "".join(f.get(CONTENT, "") for f in fragments)

@@ -9,15 +9,21 @@ content text. With markers missing:
 
 - no `</think>` (output cut inside the reasoning, or no markers at all): all reasoning, no
   content;
-- an empty block (`<think>\\n\\n</think>\\n\\nHi`, Qwen3 with thinking off): no reasoning, the
-  content after it with its whitespace (`"\\n\\nHi"`);
+- an empty block (`<think>\\n\\n</think>\\n\\nHi`): no reasoning, the content after it with its
+  whitespace (`"\\n\\nHi"`);
 - text before a `<think>` stays reasoning (as vLLM streams it; vLLM's deepseek_r1 drops it
   from a whole output, which no stream could match without holding all of it back).
 
-Tool-call markup (`<tool_call>`) inside the reasoning is reasoning text: unlike vLLM's
-qwen3, a `<tool_call>` does not end an unclosed reasoning (its implicit end, for Qwen3.5's
-XML calls). And the output is always taken to start inside the reasoning, as vLLM's qwen3
-does unless a request's `chat_template_kwargs` turn thinking off (not supported here).
+A prompt that ends with `</think>` (whitespace aside) closed the reasoning: Qwen3's template
+with `enable_thinking: false` writes an empty block there, so the output is all content (as
+vLLM, which checks the prompt's tokens the same way).
+
+With a `call_marker` (the request parses hermes tool calls: `<tool_call>`), an unclosed
+reasoning ends where that marker begins, the call being content, as vLLM's qwen3 does for
+models that call tools right from their reasoning; a marker inside a closed
+`<think>…</think>` stays reasoning text. Which of the two it is shows only at the `</think>`
+or at the end of the output, so a stream holds back everything from such a marker until
+then.
 """
 
 from __future__ import annotations
@@ -30,28 +36,54 @@ END = "</think>"
 
 
 class ThinkReasoningParser(ReasoningParser):
-    """Reasoning up to the first `</think>`, content after it (see the module docstring)."""
+    """Reasoning up to the first `</think>` (or a call marker no `</think>` follows),
+    content after it (see the module docstring)."""
 
     markers = (START, END)
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._in_reasoning = True
+    def __init__(self, in_content: bool = False, call_marker: str | None = None) -> None:
+        super().__init__(in_content, call_marker)
+        self._in_reasoning = not in_content
+
+    @classmethod
+    def closes_reasoning(cls, prompt_tail: str) -> bool:
+        return prompt_tail.rstrip().endswith(END)
 
     def _scan(self, text: str, final: bool) -> tuple[list[tuple[Kind, str]], int]:
         pieces: list[tuple[Kind, str]] = []
         used = 0
-        while True:
-            kind: Kind = REASONING if self._in_reasoning else CONTENT
-            dropped = (START, END) if self._in_reasoning else (END,)
-            found = [(at, m) for m in dropped if (at := text.find(m, used)) >= 0]
-            if not found:
+        while self._in_reasoning:
+            cut = self._unclosed_call(text, used)
+            found = [(at, m) for m in (START, END)
+                     if (at := text.find(m, used, len(text) if cut < 0 else cut)) >= 0]
+            if found:
+                at, marker = min(found)
+                pieces.append((REASONING, text[used:at]))
+                used = at + len(marker)
+                self._in_reasoning = marker != END
+            elif cut >= 0:
+                pieces.append((REASONING, text[used:cut]))
+                if not final:  # a </think> may still come: held from the marker on
+                    return pieces, cut
+                used, self._in_reasoning = cut, False  # the call is content
+            else:
                 rest = text[used:]
-                held = 0 if final else max(partial_marker_len(rest, m) for m in dropped)
-                pieces.append((kind, rest[:len(rest) - held]))
+                markers = (START, END, self.call_marker) if self.call_marker else (START, END)
+                held = 0 if final else max(partial_marker_len(rest, m) for m in markers)
+                pieces.append((REASONING, rest[:len(rest) - held]))
                 return pieces, len(text) - held
-            at, marker = min(found)
-            pieces.append((kind, text[used:at]))
-            used = at + len(marker)
-            if marker == END:
-                self._in_reasoning = False
+        while (at := text.find(END, used)) >= 0:
+            pieces.append((CONTENT, text[used:at]))
+            used = at + len(END)
+        rest = text[used:]
+        held = 0 if final else partial_marker_len(rest, END)
+        pieces.append((CONTENT, rest[:len(rest) - held]))
+        return pieces, len(text) - held
+
+    def _unclosed_call(self, text: str, start: int) -> int:
+        """Where the first call marker from `start` on begins when no `</think>` follows it
+        in `text` (-1: none, or one inside a reasoning that closes)."""
+        if self.call_marker is None:
+            return -1
+        at = text.find(self.call_marker, start)
+        return at if at >= 0 and text.find(END, at) < 0 else -1

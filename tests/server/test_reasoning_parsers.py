@@ -1,6 +1,7 @@
-"""The reasoning parsers (server/reasoning_parsers/): each format's exact split of whole outputs,
-the exact fragments of a few streams, and (hypothesis) that a stream cut anywhere folds back to
-what `parse` gives on the whole, whatever the text."""
+"""The reasoning parsers (server/reasoning_parsers/): each format's exact split of whole outputs
+(a call marker ending an unclosed reasoning, a prompt that closed it), the exact fragments of
+a few streams, and (hypothesis) that a stream cut anywhere folds back to what `parse` gives on
+the whole, whatever the text."""
 
 from __future__ import annotations
 
@@ -88,6 +89,55 @@ def test_a_stream_sends_each_fragment_once_decided(pieces, fragments):
     assert [parser.feed(piece) for piece in pieces] + [parser.finish()] == fragments
 
 
+# (output, (reasoning, content)) with hermes's call marker: an unclosed reasoning ends at it.
+CALL_MARKER_CASES = [
+    (f"<think>Weather.{CALL}", ("Weather.", CALL)),  # a call right from the reasoning
+    (f"Weather.\n{CALL}\nDone", ("Weather.\n", f"{CALL}\nDone")),
+    (f"<think>Maybe {CALL}? No.</think>Done.", (f"Maybe {CALL}? No.", "Done.")),  # closed
+    (f"<think>a</think>{CALL}", ("a", CALL)),
+    (f"<think>\n{CALL}", (None, CALL)),  # whitespace-only reasoning is none
+    ("<think>a<tool_call>b<think>c", ("a", "<tool_call>b<think>c")),  # <think> in the call
+    ("<think>a<tool_call>b<think>c</think>d", ("a<tool_call>bc", "d")),
+    ("a<tool_cal", ("a<tool_cal", None)),  # no marker: all reasoning
+]
+
+
+@pytest.mark.parametrize("name", ["qwen3", "deepseek_r1"])
+@pytest.mark.parametrize(("text", "expected"), CALL_MARKER_CASES)
+def test_a_call_marker_ends_an_unclosed_reasoning(name, text, expected):
+    assert reasoning_parser_class(name)(call_marker="<tool_call>").parse(text) == expected
+
+
+def test_a_stream_holds_a_call_marker_back_until_the_reasoning_closes_or_ends():
+    closed = reasoning_parser_class("qwen3")(call_marker="<tool_call>")
+    assert [closed.feed(p) for p in ["a<tool_", "call>b", "</think>c"]] + [closed.finish()] \
+        == [[{"reasoning_content": "a"}], [], [{"reasoning_content": "<tool_call>b"},
+                                              {"content": "c"}], []]
+    unclosed = reasoning_parser_class("qwen3")(call_marker="<tool_call>")
+    assert [unclosed.feed(p) for p in ["a<tool_call>", "b"]] + [unclosed.finish()] \
+        == [[{"reasoning_content": "a"}], [], [{"content": "<tool_call>b"}]]
+
+
+@pytest.mark.parametrize(("tail", "closes"), [
+    ("<|im_start|>assistant\n<think>\n\n</think>\n\n", True),  # Qwen3, thinking off
+    ("Assistant:</think>", True),
+    ("<|im_start|>assistant\n<think>\n", False),  # thinking on, <think> in the prompt
+    ("<|im_start|>assistant\n", False),
+    ("</think> then more", False),
+])
+def test_a_prompt_ending_with_the_end_marker_closes_the_reasoning(tail, closes):
+    assert reasoning_parser_class("qwen3").closes_reasoning(tail) is closes
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Hello!", (None, "Hello!")),
+    ("<think>a</think>b", (None, "<think>ab")),  # in the content: </think> dropped
+    (f"\n{CALL}", (None, f"\n{CALL}")),
+])
+def test_an_output_after_a_closing_prompt_is_all_content(text, expected):
+    assert reasoning_parser_class("qwen3")(in_content=True).parse(text) == expected
+
+
 def test_the_content_is_what_the_tool_parser_reads():
     text = f"<think>I could call {CALL}.</think>{CALL}"
     reasoning, content = reasoning_parser_class("qwen3")().parse(text)
@@ -113,10 +163,12 @@ def cut_outputs(draw) -> tuple[str, list[str]]:
 
 
 @pytest.mark.parametrize("name", sorted(REASONING_PARSERS))
-@settings(max_examples=400, deadline=None)
+@pytest.mark.parametrize(("in_content", "call_marker"), [(False, None), (False, "<tool_call>"),
+                                                         (True, None)])
+@settings(max_examples=300, deadline=None)
 @given(output=cut_outputs())
-def test_any_split_streams_what_parse_gives(name, output):
+def test_any_split_streams_what_parse_gives(name, in_content, call_marker, output):
     text, pieces = output
-    parser = reasoning_parser_class(name)()
+    parser = reasoning_parser_class(name)(in_content, call_marker)
     reasoning, content = parser.parse(text)
     assert fold(stream(parser, pieces)) == (reasoning or "", content or "")
