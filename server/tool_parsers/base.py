@@ -17,6 +17,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 from uuid import uuid4
 
 Fragment = dict  # one chat-completion-chunk `delta`, e.g. {"content": "..."}
@@ -88,7 +89,12 @@ class ToolParser(ABC):
     leading whitespace-only content is held until non-whitespace content follows (and dropped if
     none does). Ids come from `make_id`, called once per call in order of appearance, by
     `parse` and by streaming alike. Subclass constructors take only `make_id`.
+
+    `call_marker` is the text that opens a call in the format (None: a format whose calls
+    have no such marker); a reasoning parser may end an unclosed reasoning there.
     """
+
+    call_marker: ClassVar[str | None] = None
 
     def __init__(self, make_id: Callable[[], str] = new_call_id) -> None:
         self._make_id = make_id

@@ -41,6 +41,8 @@ class _Block(Enum):
 class HermesToolParser(ToolParser):
     """`<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks amid content."""
 
+    call_marker = START
+
     def __init__(self, make_id: Callable[[], str] = new_call_id) -> None:
         super().__init__(make_id)
         self._block = _Block.NONE
