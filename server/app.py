@@ -37,6 +37,7 @@ from server.metrics import ServerMetrics
 from server.limits import DEFAULT_MAX_PROMPT_BYTES, MESSAGE_OVERHEAD_BYTES
 from server.prompts import PromptTokenizer
 from server.reasoning_parsers import reasoning_parser_class
+from server.reasoning_parsers.vocabulary import check_vocabulary
 from server.response_store import ResponseLimits, ResponseStore
 from server.reflection import enable_reflection
 from server.signals import StopSignals
@@ -62,8 +63,10 @@ class ServeOptions:
     (`x-agentix-router-token`) may set a program's priority value. `tool_call_parser`
     (None: off) turns on "auto" tool choice over HTTP and gRPC: chat outputs are parsed into
     tool calls in that format (`server.tool_parsers`). `reasoning_parser` (None: off) names
-    the format of the model's reasoning (`server.reasoning_parsers`; carried for the HTTP
-    door, which does not split reasoning out yet). `responses` bounds the stored Responses
+    the format of the model's reasoning (`server.reasoning_parsers`): chat outputs' reasoning
+    is split off over HTTP (`reasoning_content`, Responses' reasoning items) and gRPC
+    (`Final.reasoning`); `start_server` refuses it (ValueError naming it) when the model's
+    tokenizer lacks the format's markers. `responses` bounds the stored Responses
     of the HTTP door (server/response_store.py)."""
 
     host: str = "127.0.0.1"
@@ -179,14 +182,15 @@ def _close(engine_loop: EngineLoop, loop: asyncio.AbstractEventLoop,
 
 async def _start_grpc(engine_loop: EngineLoop, prompts: PromptTokenizer,
                       auth: TokenAuth | None, host: str, port: int,
-                      router: RouterTrust | None = None, tool_call_parser: str | None = None
+                      router: RouterTrust | None = None, tool_call_parser: str | None = None,
+                      reasoning_parser: str | None = None
                       ) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
     # A message may carry a prompt at the limit plus room for the other fields.
     max_message = 2 * prompts.max_prompt_bytes + MESSAGE_OVERHEAD_BYTES
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0),
                                       ("grpc.max_receive_message_length", max_message)])
-    add_service(AgentixServicer(engine_loop, prompts, auth, router, tool_call_parser),
-                server)
+    add_service(AgentixServicer(engine_loop, prompts, auth, router, tool_call_parser,
+                                reasoning_parser), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     enable_reflection((SERVICE_NAME, HEALTH_SERVICE_NAME), server)
@@ -233,7 +237,7 @@ async def _start_all(engine_loop: EngineLoop, prompts: PromptTokenizer,
             services.http["http"] = HttpServer(
                 build_app(backend, prompts, auth, model_name, max_model_len,
                           ResponseStore(options.responses, program_ttl),
-                          options.tool_call_parser, metrics),
+                          options.tool_call_parser, metrics, options.reasoning_parser),
                 sockets["http"])
         if "metrics" in sockets:
             from server.openai_app import build_metrics_app
@@ -247,7 +251,7 @@ async def _start_all(engine_loop: EngineLoop, prompts: PromptTokenizer,
                       else None)
             services.grpc_server, services.health, services.grpc_port = await _start_grpc(
                 engine_loop, prompts, auth, options.host, options.port, router,
-                options.tool_call_parser)
+                options.tool_call_parser, options.reasoning_parser)
             services.health_watch = asyncio.ensure_future(
                 _watch_health(engine_loop, services.health))
     except BaseException:
@@ -257,13 +261,27 @@ async def _start_all(engine_loop: EngineLoop, prompts: PromptTokenizer,
     return services
 
 
+def _check_reasoning_parser(name: str | None, engine: LLMEngine) -> None:
+    """Nothing when the engine's tokenizer can be read by reasoning parser `name` (None:
+    none); else the engine is closed and a ValueError names `reasoning_parser`."""
+    if name is None:
+        return
+    try:
+        check_vocabulary(name, engine.tokenizer)
+    except ValueError as exc:
+        engine.close()
+        raise ValueError(f"reasoning_parser: {exc}") from None
+
+
 def start_server(config: EngineConfig, options: ServeOptions | None = None, **kwargs
                  ) -> RunningServer:
     """Load the engine, start serving, and return once health says SERVING.
 
     `options` (or its fields as keywords: `start_server(config, port=0, http_port=0)`) say
     where to listen. The HTTP ports are bound before the model loads, so a taken port fails
-    at once (OSError naming the address).
+    at once (OSError naming the address). A `reasoning_parser` whose markers the model's
+    tokenizer lacks is a ValueError naming it, once the model has loaded (`agentix serve`
+    checks it before).
     """
     options = options or ServeOptions(**kwargs)
     sockets: dict[str, socket.socket] = {}
@@ -273,6 +291,7 @@ def start_server(config: EngineConfig, options: ServeOptions | None = None, **kw
                 sockets[kind] = bind_socket(options.host, port)
         metrics = ServerMetrics(options.metrics_tenant_label)
         engine = LLMEngine(config)
+        _check_reasoning_parser(options.reasoning_parser, engine)
     except BaseException:
         for sock in sockets.values():
             sock.close()

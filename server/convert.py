@@ -17,7 +17,7 @@ from engine import ChatPrompt, CompletionOutput, EngineStats, LLMEngine, Samplin
 from engine.logprobs import TokenLogprob
 from engine.structured.spec import StructuredOutput
 from server import agentix_pb2 as pb
-from server.tool_parsers import ParsedOutput
+from server.chat_output import ChatOutput
 from server.tool_parsers.forced import forced_output
 from server.wire import program_info
 
@@ -159,10 +159,10 @@ def logprobs_of(messages: Iterable[pb.TokenLogprob]) -> list[TokenLogprob]:
 
 
 def final(completion: CompletionOutput, call_id: str,
-          parsed: ParsedOutput | None = None) -> pb.GenerateResponse:
+          parsed: ChatOutput | None = None) -> pb.GenerateResponse:
     """The final message of a call (`call_id` as the client knows it); with `parsed` (its
-    text split by a tool parser), the text outside the calls and the calls, finishing with
-    "tool_calls" when it made any and stopped by itself."""
+    text through the request's parsers), the reasoning, the content part outside the calls
+    and the calls, finishing with "tool_calls" when it made any and stopped by itself."""
     usage = pb.Usage(prompt_tokens=len(completion.prompt_token_ids),
                      cached_tokens=completion.num_cached_tokens,
                      completion_tokens=len(completion.token_ids),
@@ -172,6 +172,7 @@ def final(completion: CompletionOutput, call_id: str,
                        text=completion.text)
     if parsed is not None:
         message.text = parsed.content or ""
+        message.reasoning = parsed.reasoning or ""
         message.tool_calls.extend(pb.ToolCall(id=c.id, name=c.name, arguments=c.arguments)
                                   for c in parsed.tool_calls)
         if parsed.tool_calls and completion.finish_reason == "stop":

@@ -21,15 +21,16 @@ BODY_OVERHEAD_BYTES = 64 << 10  # a body's room beyond its prompt
 
 def build_app(backend: DoorBackend, prompts: PromptTokenizer, auth: TokenAuth | None,
               model_name: str, max_model_len: int, responses: ResponseStore,
-              tool_call_parser: str | None = None, metrics: ServerMetrics | None = None
-              ) -> FastAPI:
+              tool_call_parser: str | None = None, metrics: ServerMetrics | None = None,
+              reasoning_parser: str | None = None) -> FastAPI:
     """The OpenAI-compatible app (see server/openai_http.py) on `backend`. A request body
     may be up to four times the prompt limit (JSON escapes) plus room for the other fields.
     `responses` keeps the stored Responses; `tool_call_parser` (a `server.tool_parsers`
-    name; None: off) turns on "auto" tool choice; `metrics` (an EngineBackend's only)
-    serves /metrics."""
+    name; None: off) turns on "auto" tool choice; `reasoning_parser` (a
+    `server.reasoning_parsers` name; None: off) splits chat outputs' reasoning off;
+    `metrics` (an EngineBackend's only) serves /metrics."""
     door = OpenAIDoor(backend, prompts, auth, model_name, max_model_len, responses,
-                      tool_call_parser)
+                      tool_call_parser, reasoning_parser)
     app = FastAPI(title="Agentix", docs_url=None, redoc_url=None, openapi_url=None)
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=4 * prompts.max_prompt_bytes + BODY_OVERHEAD_BYTES)

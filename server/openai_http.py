@@ -29,6 +29,13 @@ written); a call the token limit cut has its arguments so far (finish_reason "le
 `parallel_tool_calls: false` keeps the first call. A forced
 `tool_choice` ("required", a named function) and `response_format` are constrained decoding
 (`server.openai_structured`, `server.tool_parsers.forced`).
+Reasoning: with `reasoning_parser` (vLLM's `--reasoning-parser NAME`) a chat output's
+reasoning is split off first, as `message.reasoning_content` (streamed: `reasoning_content`
+deltas before the content and tool-call deltas; Responses: a reasoning item), and tool calls
+are read from the content only (`server.chat_output`); an output a grammar constrains is not
+split. `chat_template_kwargs` (chat and Responses; vLLM's) are extra variables of the chat
+template (`engine.chat_prompt`, bounded, else 400 naming it), e.g. Qwen3's
+`{"enable_thinking": false}`; a prompt that ends the reasoning makes the output all content.
 `ttft_slo_seconds` in the body is the first-token deadline of each call the request makes
 (seconds after it arrives, 0 < s <= 86400, else 400 naming it; unset: the engine's). A
 client that disconnects (streamed or not) aborts its calls, which frees their blocks. Errors
@@ -49,7 +56,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from engine import ChatPrompt, CompletionOutput
+from engine import ChatPrompt, CompletionOutput, SamplingParams
 from engine.errors import UnknownProgramError
 from engine.logprobs import TokenLogprob
 from scheduler.deadlines import check_ttft_slo
@@ -57,6 +64,7 @@ from scheduler.ids import check_id
 from server.auth import AuthError, TokenAuth
 from server.call_stream import StreamDelta
 from server.calls import CallRequest
+from server.chat_output import OutputParsers, reasoning_parser_for
 from server.door_backend import CallItems, DoorBackend, Headers
 from server.errors import DrainingError
 from server.http_errors import HttpError, http_error_of, sse_error_event
@@ -65,14 +73,13 @@ from server.namespace import Namespace, new_id
 from server.openai_echo import Echo, echoed_logprobs, prompt_arrays
 from server.openai_logprobs import chat_logprobs, completion_logprobs, token_ids_of
 from server.openai_protocol import (ChatCompletionRequest, CompletionRequest, chat_choice,
-                                    chunk_delta, envelope, first_call_only, for_choice,
-                                    fragment_chunk, now_seconds, text_choice,
-                                    tool_calls_finish, usage)
+                                    chunk_delta, envelope, for_choice, fragment_chunk,
+                                    now_seconds, text_choice, tool_calls_finish, usage)
 from server.openai_responses import (ResponseEvents, ResponsesRequest, final_status,
                                      output_items, response_object, response_usage)
 from server.prompts import PromptTokenizer
 from server.response_store import ResponseStore, StoredResponse
-from server.tool_parsers import ParsedOutput, ToolParser, make_tool_parser
+from server.tool_parsers import ToolParser, make_tool_parser
 from server.tool_parsers.forced import ForcedCallParser
 from server.wire import SHUTDOWN, message_to_dict
 
@@ -93,8 +100,8 @@ Keep = Callable[[dict[str, Any]], None]  # stores a finished response object
 class StartedCalls:
     """A request's submitted calls: one stream per choice; `own_program` when the request
     started a program of its own (`program_id`, ended with the request); `named` the
-    program the client named (None: none); `parser` makes the tool parser of the outputs
-    (None: plain text); `headers` are the request's (a router forwards them); `prompt_ids`
+    program the client named (None: none); `parser` is what the outputs go through
+    (reasoning split, tool calls; None: plain text); `headers` are the request's (a router forwards them); `prompt_ids`
     each call's prompt."""
 
     ns: Namespace
@@ -103,18 +110,21 @@ class StartedCalls:
     own_program: bool
     program_id: str | None
     named: str | None
-    parser: ParserFactory | None
+    parser: OutputParsers | None
     prompt_ids: list[list[int]]
 
 
 class OpenAIDoor:
     """The handlers; `auth=None` turns authentication off; `responses` keeps the stored
-    Responses."""
+    Responses; `tool_call_parser` and `reasoning_parser` name the formats chat outputs are
+    parsed in (None: off)."""
 
     def __init__(self, backend: DoorBackend, prompts: PromptTokenizer, auth: TokenAuth | None,
                  model_name: str, max_model_len: int, responses: ResponseStore,
-                 tool_call_parser: str | None = None) -> None:
+                 tool_call_parser: str | None = None, reasoning_parser: str | None = None
+                 ) -> None:
         self.tool_call_parser = tool_call_parser
+        self.reasoning_parser = reasoning_parser
         self.responses_store = responses
         self.backend = backend
         self.prompts = prompts
@@ -194,6 +204,22 @@ class OpenAIDoor:
         name = self.tool_call_parser
         return lambda: make_tool_parser(name)
 
+    async def _output_parsers(self, body, tools: ParserFactory | None, params: SamplingParams,
+                              prompt_ids: list[int]) -> OutputParsers | None:
+        """What a request's outputs go through (None: plain text): `tools` (its tool
+        parser), after a chat's reasoning split with the server's reasoning parser, unless
+        a grammar constrains the output (a forced tool call, `response_format`: it leaves
+        the model no room to reason)."""
+        reasoning = None
+        if self.reasoning_parser is not None and isinstance(body, ChatCompletionRequest) \
+                and params.structured is None:
+            reasoning = await reasoning_parser_for(self.reasoning_parser, prompt_ids,
+                                                   self.prompts,
+                                                   tools().call_marker if tools else None)
+        if reasoning is None and tools is None:
+            return None
+        return OutputParsers(reasoning, tools, body.parallel_tool_calls)
+
     async def responses(self, request: Request, body: ResponsesRequest) -> Response:
         """`/v1/responses`: the request as chat (after the conversation of the response it
         continues), its output as a `response` (or its streamed events), stored once final
@@ -230,10 +256,11 @@ class OpenAIDoor:
         if completions is None:  # the client went away: its calls are aborted
             return Response(status_code=CLIENT_CLOSED_REQUEST)
         completion = completions[0]
-        parsed = _parsed(started.parser, completion.text, chat.parallel_tool_calls)
+        parsed = started.parser.parse(completion.text) if started.parser else None
         response = response_object(
             served, response_id, self.model_name, created, final_status(completion),
-            output_items(response_id, completion, parsed), response_usage(completion))
+            output_items(response_id, completion, parsed),
+            response_usage(completion, parsed is not None and parsed.reasoning is not None))
         if keep is not None:
             keep(response)
         return JSONResponse(response)
@@ -292,8 +319,7 @@ class OpenAIDoor:
         """A response's event stream (a client that goes away aborts the call); `keep`
         stores the response object of its final event (completed or incomplete) before
         that event is sent."""
-        parser = (_StreamedCalls(started.parser, chat.parallel_tool_calls)
-                  if started.parser else None)
+        parser = started.parser.stream() if started.parser else None
         try:
             for event in events.start():
                 yield event
@@ -349,7 +375,7 @@ class OpenAIDoor:
             return Response(status_code=CLIENT_CLOSED_REQUEST)
         if kind == "chat.completion":
             choices = [chat_choice(i, c, body.return_token_ids,
-                                   _parsed(parser, c.text, body.parallel_tool_calls),
+                                   parser.parse(c.text) if parser else None,
                                    await self._logprobs(kind, c.logprobs))
                        for i, c in enumerate(completions)]
         elif echo is not None:
@@ -387,7 +413,7 @@ class OpenAIDoor:
         unsupported = body.unsupported()
         if unsupported is not None:
             raise HttpError(400, f"{unsupported}: not supported by this server", unsupported)
-        parser = self._tool_parser(body)
+        tools = self._tool_parser(body)
         named = _named_program(request, body)
         program_class = request.headers.get(PROGRAM_CLASS_HEADER, body.program_class)
         try:
@@ -403,6 +429,7 @@ class OpenAIDoor:
             program_id = program if named is None else ns.inner("program_id", named)
         except ValueError as exc:
             raise http_error_of(exc) from None
+        parser = await self._output_parsers(body, tools, params, prompts[0])
         calls = [(token_ids, i * body.n + j) for i, token_ids in enumerate(prompts)
                  for j in range(body.n)]
         own_program = named is None and program is None and len(calls) > 1
@@ -478,8 +505,8 @@ class OpenAIDoor:
     async def _sse(self, started: StartedCalls, kind: str, response_id: str, body,
                    echo: Echo | None) -> AsyncIterator[str]:
         """The SSE body: a role chunk per choice (chat), the choices' deltas interleaved as
-        they come (with the calls' tool parser, as its fragments: content, then each tool
-        call's opening and arguments), a finish chunk per choice, the usage chunk if asked
+        they come (through the calls' parsers, as their fragments: reasoning_content, then
+        content and each tool call's opening and arguments), a finish chunk per choice, the usage chunk if asked
         for, `[DONE]`; with `echo`, a choice's first chunk is its prompt (and the prompt's
         logprobs). A call's stream that ends in an error sends an error event (OpenAI's
         error body) and `[DONE]` instead. A client that goes away aborts the calls (the
@@ -498,8 +525,7 @@ class OpenAIDoor:
                     yield event([chunk_delta(kind, index, "", [] if ids else None, None,
                                              role=True)])
             completions: list[CompletionOutput | None] = [None] * len(streams)
-            calls = [_StreamedCalls(parser, body.parallel_tool_calls) if parser
-                     else None for _ in streams]
+            calls = [parser.stream() if parser else None for _ in streams]
             offsets = [0] * len(streams)  # characters streamed per choice (text_offset)
             echoed: set[int] = set()  # choices whose echo chunk went out
             async with contextlib.aclosing(merged(streams)) as items:
@@ -551,38 +577,6 @@ def _named_program(request: Request, body) -> str | None:
     body's `program_id` (None: none)."""
     return next((request.headers[h] for h in PROGRAM_HEADERS if h in request.headers),
                 body.program_id)
-
-
-def _parsed(parser: ParserFactory | None, text: str, parallel: bool) -> ParsedOutput | None:
-    """A whole chat output split into content and tool calls (None without a parser)."""
-    if parser is None:
-        return None
-    parsed = parser().parse(text)
-    return parsed if parallel else first_call_only(parsed)
-
-
-class _StreamedCalls:
-    """One streamed choice's tool parser: the fragments to send for each text delta, with
-    `parallel_tool_calls: false` keeping only the first call's."""
-
-    def __init__(self, parser: ParserFactory, parallel: bool) -> None:
-        self.parser = parser()
-        self.parallel = parallel
-        self.made_calls = False
-
-    def feed(self, text: str, send_empty: bool) -> list[dict[str, Any]]:
-        """The fragments for `text`; one empty fragment when none but the chunk must go
-        (`send_empty`: it carries the delta's token ids)."""
-        return self._kept(self.parser.feed(text)) or ([{}] if send_empty else [])
-
-    def finish(self) -> list[dict[str, Any]]:
-        return self._kept(self.parser.finish())
-
-    def _kept(self, fragments: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        kept = [f for f in fragments if self.parallel or "tool_calls" not in f
-                or f["tool_calls"][0]["index"] == 0]
-        self.made_calls = self.made_calls or any("tool_calls" in f for f in kept)
-        return kept
 
 
 async def _until_done_or_gone(request: Request, streams: list[CallItems]

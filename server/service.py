@@ -21,7 +21,7 @@ from typing import AsyncIterator, Callable, NoReturn, TypeVar
 
 import grpc
 
-from engine import LLMEngine
+from engine import LLMEngine, SamplingParams
 from scheduler.deadlines import check_ttft_slo
 from scheduler.executor_errors import EngineBrokenError
 from scheduler.ids import check_id
@@ -29,6 +29,7 @@ from server import agentix_pb2 as pb
 from server import calls, convert
 from server.auth import RouterTrust, TokenAuth
 from server.call_stream import StreamDelta
+from server.chat_output import OutputParsers, reasoning_parser_for
 from server.engine_loop import EngineLoop
 from server.errors import UnreadStreamError, abort_for
 from server.namespace import Namespace, caller_namespace, new_id
@@ -46,16 +47,20 @@ class AgentixServicer:
     """Handlers run on the server's asyncio loop; `auth=None` turns authentication off;
     `router` (None: no router is trusted) says which requests may carry a priority value;
     `tool_call_parser` (a `server.tool_parsers` name; None: off) parses chat outputs into
-    the final message's tool calls when a request offers tools with tool choice auto."""
+    the final message's tool calls when a request offers tools with tool choice auto;
+    `reasoning_parser` (a `server.reasoning_parsers` name; None: off) splits a chat output's
+    reasoning off into the final message's `reasoning` (the deltas stay the raw text)."""
 
     def __init__(self, engine_loop: EngineLoop, prompts: PromptTokenizer,
                  auth: TokenAuth | None = None, router: RouterTrust | None = None,
-                 tool_call_parser: str | None = None) -> None:
+                 tool_call_parser: str | None = None, reasoning_parser: str | None = None
+                 ) -> None:
         self.loop = engine_loop
         self.prompts = prompts
         self.auth = auth
         self.router = router
         self.tool_call_parser = tool_call_parser
+        self.reasoning_parser = reasoning_parser
 
     # ----- plumbing ---------------------------------------------------------------------
     async def _namespace(self, context: grpc.aio.ServicerContext) -> Namespace:
@@ -134,11 +139,13 @@ class AgentixServicer:
             if params.structured is not None:
                 await self.prompts.compile_grammar(
                     params.structured, "messages.tool_choice" if forced else "json_schema")
+            prompt_ids = await self.prompts.token_ids(convert.prompt(request))
+            output = await self._output_parsers(request, forced, function, params, prompt_ids)
             call = calls.CallRequest(
                 program_id=(ns.inner("program_id", request.program_id)
                             if request.program_id else None),
                 call_id=ns.inner("call_id", request.call_id or new_id("call")),
-                prompt=await self.prompts.token_ids(convert.prompt(request)),
+                prompt=prompt_ids,
                 params=params, tenant=ns.tenant,
                 thread_id=(check_thread(request.thread_id) if request.thread_id else None),
                 expected_tool_seconds=optional(request, "expected_tool_seconds"),
@@ -155,10 +162,8 @@ class AgentixServicer:
                     yield convert.delta(call_id, item.token_ids, item.text, item.logprobs,
                                         item.prompt_logprobs)
                     continue
-                parser = (ForcedCallParser(function) if forced else
-                          make_tool_parser(self.tool_call_parser) if parses else None)
                 yield convert.final(item.completion, call_id,
-                                    parser.parse(item.completion.text) if parser else None)
+                                    output.parse(item.completion.text) if output else None)
                 if item.completion.finish_reason == SHUTDOWN:
                     await context.abort(grpc.StatusCode.UNAVAILABLE,
                                         "the server is shutting down: this call was cut; retry it")
@@ -168,6 +173,24 @@ class AgentixServicer:
             await abort_for(context, exc)
         finally:
             stream.cancel()  # the client went away before the final item: abort the call
+
+    async def _output_parsers(self, request: pb.GenerateRequest, forced: bool,
+                              function: str | None, params: SamplingParams,
+                              prompt_ids: list[int]) -> OutputParsers | None:
+        """What a chat output goes through (None: plain text): a forced choice's parser,
+        or the server's for tool choice auto; after the reasoning split when the server has
+        a reasoning parser and no grammar constrains the output."""
+        name = self.tool_call_parser
+        tools = ((lambda: ForcedCallParser(function)) if forced else
+                 (lambda: make_tool_parser(name)) if convert.parses_tool_calls(request)
+                 else None)
+        reasoning = None
+        if self.reasoning_parser is not None and request.WhichOneof("prompt") == "messages" \
+                and params.structured is None:
+            reasoning = await reasoning_parser_for(self.reasoning_parser, prompt_ids,
+                                                   self.prompts,
+                                                   tools().call_marker if tools else None)
+        return OutputParsers(reasoning, tools) if reasoning or tools else None
 
     async def _priority(self, request: pb.GenerateRequest,
                         context: grpc.aio.ServicerContext) -> float | None:

@@ -8,6 +8,7 @@ from typing import Iterator
 import grpc
 import pytest
 from grpc_helpers import assert_clean, free_blocks, start
+from reasoning_model import build_reasoning_model
 from router_helpers import in_process_replicas
 from tool_call_model import build_tool_call_model
 
@@ -20,6 +21,15 @@ def tool_call_model_dir(tmp_path_factory) -> str:
     (tests/tool_call_model.py), built once."""
     path = tmp_path_factory.mktemp("tool-call-model")
     build_tool_call_model(path)
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def reasoning_model_dir(tmp_path_factory) -> str:
+    """The model that thinks, then makes one hermes-style tool call
+    (tests/reasoning_model.py), built once."""
+    path = tmp_path_factory.mktemp("reasoning-model")
+    build_reasoning_model(path)
     return str(path)
 
 

@@ -14,8 +14,9 @@ import pytest
 from tool_call_model import CALL_ARGUMENTS as ARGUMENTS, CALL_TEXT
 
 from engine import CompletionOutput
+from server.chat_output import ChatOutput
 from server.openai_responses import ResponseEvents, ResponsesRequest, output_items
-from server.tool_parsers import ParsedOutput, ToolCall
+from server.tool_parsers import ToolCall
 from test_http_tools import client, model_dir  # noqa: F401  (fixtures: the hermes server)
 
 TOOLS = [{"type": "function", "name": "get_weather", "description": "the weather",
@@ -117,7 +118,7 @@ def test_a_response_cut_by_the_token_limit_is_incomplete(client):
      "text.format.schema"),
     (dict(text={"format": {"type": "xml"}}), "text.format.type"),
     (dict(tools=[{"type": "web_search"}]), "tools"),
-    (dict(input=[{"type": "reasoning", "summary": []}]), "input[0].type"),
+    (dict(input=[{"type": "web_search_call", "id": "ws_1"}]), "input[0].type"),
     (dict(input=[{"role": "critic", "content": "x"}]), "input[0].role"),
     (dict(input=[{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]),
      "input[0].content[0]"),
@@ -158,7 +159,7 @@ def test_output_item_ids_are_the_same_streamed_or_not():
     """Text, then two calls: `{msg|fc}_{response id}_{output index}` in the non-streamed
     output, in every streamed event and in the streamed response.completed."""
     expected = [f"msg_{RESPONSE_ID}_0", f"fc_{RESPONSE_ID}_1", f"fc_{RESPONSE_ID}_2"]
-    whole = output_items(RESPONSE_ID, finished("ignored"), ParsedOutput("Let me look.", CALLS))
+    whole = output_items(RESPONSE_ID, finished("ignored"), ChatOutput(None, "Let me look.", CALLS))
     assert [item["id"] for item in whole] == expected
     payloads = streamed({"content": "Let me look."}, *opened(CALLS[0]), *opened(CALLS[1]))
     assert [p["response"]["output"] for p in payloads if p["type"] == "response.completed"] \
@@ -192,9 +193,9 @@ def test_arguments_stream_in_deltas_and_a_call_the_token_limit_cut_is_incomplete
         ("response.output_item.done", None),
         ("response.incomplete", None),
     ]
-    whole = output_items(RESPONSE_ID, finished("", "length"), ParsedOutput(None, (CALLS[1], call)))
+    whole = output_items(RESPONSE_ID, finished("", "length"), ChatOutput(None, None, (CALLS[1], call)))
     assert [item["status"] for item in whole] == ["completed", "incomplete"]
     assert payloads[-1]["response"]["output"] == whole
     assert payloads[-1]["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
-    text_only = output_items(RESPONSE_ID, finished("Cut", "length"), ParsedOutput("Cut", ()))
+    text_only = output_items(RESPONSE_ID, finished("Cut", "length"), ChatOutput(None, "Cut"))
     assert [item["status"] for item in text_only] == ["completed"]  # messages keep theirs
