@@ -240,10 +240,7 @@ def _add_serve_parser(sub) -> None:
                        help="seconds calls in flight get to finish on shutdown (a second "
                             "signal exits at once)")
     _add_tool_flags(serve)
-    serve.add_argument("--reasoning-parser", choices=sorted(REASONING_PARSERS), metavar="NAME",
-                       help="the format reasoning is parsed from (vLLM's names: "
-                            f"{', '.join(sorted(REASONING_PARSERS))}); the model's tokenizer "
-                            "must have its markers as tokens (default: none)")
+    _add_reasoning_flag(serve)
     serve.add_argument("--router-token-file", metavar="FILE",
                        help="a file holding the token of a trusted router: only requests "
                             "carrying it (x-agentix-router-token) may set a program's "
@@ -347,6 +344,14 @@ def _add_tool_flags(parser) -> None:
                              f"{', '.join(sorted(TOOL_PARSERS))} (default: none)")
 
 
+def _add_reasoning_flag(parser) -> None:
+    """vLLM's --reasoning-parser: chat outputs' reasoning split off over HTTP (and gRPC)."""
+    parser.add_argument("--reasoning-parser", choices=sorted(REASONING_PARSERS), metavar="NAME",
+                        help="the format reasoning is parsed from (vLLM's names: "
+                             f"{', '.join(sorted(REASONING_PARSERS))}); the model's tokenizer "
+                             "must have its markers as tokens (default: none)")
+
+
 def _add_responses_flags(parser) -> None:
     """The bounds of the HTTP door's stored Responses (server/response_store.py)."""
     parser.add_argument("--responses-per-tenant", type=_positive_int,
@@ -396,6 +401,7 @@ def _add_router_parser(sub) -> None:
                         help="the replicas' --chat-template, for the HTTP door's chats "
                              "(default: the model's own)")
     _add_tool_flags(router)
+    _add_reasoning_flag(router)
     router.add_argument("--auth-token-file", metavar="FILE",
                         help="'TOKEN TENANT' lines, the replicas' own file: the router "
                              "authenticates and forwards the client's token (default: off)")

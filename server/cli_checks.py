@@ -121,6 +121,11 @@ def router_setup(args: argparse.Namespace) -> RouterOptions:
     router_token = _router_token(args.router_token_file)
     _check_placement(args.placement, args.cutoff, args.placement_option)
     _check_tool_flags(args)
+    if args.reasoning_parser is not None:
+        if args.model is None:
+            raise UsageError("--reasoning-parser: needs --model (the HTTP door reads the "
+                             "reasoning with its tokenizer)")
+        _check_reasoning_parser(args.reasoning_parser, args.model)
     from scheduler.config import SchedulerConfig
     from server.router.app import RouterOptions
 
@@ -132,6 +137,7 @@ def router_setup(args: argparse.Namespace) -> RouterOptions:
             host=args.host, port=args.port, http_port=args.http_port,
             metrics_port=args.metrics_port, model=args.model,
             chat_template=args.chat_template, tool_call_parser=args.tool_call_parser,
+            reasoning_parser=args.reasoning_parser,
             served_model_name=args.served_model_name, auth_tokens=tokens,
             router_token=router_token, grace=args.grace, max_prompt_bytes=args.max_prompt_bytes,
             ready_timeout=args.ready_timeout, responses=_response_limits(args),
@@ -180,6 +186,7 @@ def replicas_setup(args: argparse.Namespace,
         max_prompt_bytes=options.max_prompt_bytes, http_port=options.http_port,
         metrics_port=options.metrics_port,
         chat_template=config.chat_template, tool_call_parser=options.tool_call_parser,
+        reasoning_parser=options.reasoning_parser,
         served_model_name=options.served_model_name, responses=options.responses,
         scheduler=config.scheduler)  # the replicas' TTL, half-lives and caps
     return local, router

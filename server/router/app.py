@@ -42,6 +42,8 @@ from server.handlers import HEALTH_SERVICE_NAME, SERVICE_NAME, add_service
 from server.http_server import HANDLER_GRACE, HttpServer, bind_socket
 from server.limits import (DEFAULT_DNS_REFRESH_SECONDS, DEFAULT_MAX_PROMPT_BYTES,
                            MESSAGE_OVERHEAD_BYTES)
+from server.reasoning_parsers import reasoning_parser_class
+from server.reasoning_parsers.vocabulary import check_vocabulary
 from server.reflection import enable_reflection
 from server.response_store import ResponseLimits, ResponseStore
 from server.router.core import Router
@@ -77,9 +79,11 @@ class RouterOptions:
     the replicas' policy from ModelInfo). `http_port` (None: not served, 0: a free one)
     serves the OpenAI door, which needs `model` (its tokenizer renders chats: with
     `chat_template`, the replicas' own), names the model `served_model_name` (default: the
-    replicas' model directory's name) and parses tool calls with `tool_call_parser` (None:
-    "auto" tool choice refused) and keeps stored Responses within `responses` (TTL default:
-    `scheduler`'s program TTL). `metrics_port` (None: not served, 0: a free one) serves
+    replicas' model directory's name), parses tool calls with `tool_call_parser` (None:
+    "auto" tool choice refused) and reasoning with `reasoning_parser` (None: off; it needs
+    `model`, whose tokenizer must have the format's markers: ValueError naming it at start
+    otherwise) and keeps stored Responses within `responses` (TTL default: `scheduler`'s
+    program TTL). `metrics_port` (None: not served, 0: a free one) serves
     the router's /metrics and /health alone; the OpenAI door serves /metrics too."""
 
     replicas: tuple[str, ...]
@@ -97,6 +101,7 @@ class RouterOptions:
     chat_template: str | None = None
     served_model_name: str | None = None
     tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
     responses: ResponseLimits = ResponseLimits()
     auth_tokens: dict[str, str] | None = field(default=None, repr=False)
     router_token: str | None = field(default=None, repr=False)
@@ -126,6 +131,11 @@ class RouterOptions:
                              "template of)")
         if self.tool_call_parser is not None:
             make_tool_parser(self.tool_call_parser)  # ValueError naming the supported ones
+        if self.reasoning_parser is not None:
+            reasoning_parser_class(self.reasoning_parser)  # ValueError naming the supported
+            if self.model is None:
+                raise ValueError("reasoning_parser: needs model (its tokenizer must have the "
+                                 "format's markers)")
         if self.grace < 0:
             raise ValueError(f"grace: must be >= 0, got {self.grace}")
         if not self.ready_timeout >= 0:
@@ -168,6 +178,12 @@ class RunningRouter:
                                         options.placement_options)
         self.prompts = RouterPrompts(options.model, options.max_prompt_bytes,
                                      options.chat_template)
+        if options.reasoning_parser is not None:
+            try:
+                check_vocabulary(options.reasoning_parser, self.prompts.tokenizer)
+            except ValueError as exc:
+                self.prompts.close()
+                raise ValueError(f"reasoning_parser: {exc}") from None
         self.router: Router | None = None  # made on the loop (grpc.aio channels belong to it)
         self.servicer: RouterServicer | None = None
         self._loop = asyncio.new_event_loop()
@@ -281,7 +297,8 @@ class RunningRouter:
                         self.options.served_model_name or info.model, info.max_model_len,
                         ResponseStore(self.options.responses,
                                       self.options.scheduler.program_ttl),
-                        self.options.tool_call_parser)
+                        self.options.tool_call_parser,
+                        reasoning_parser=self.options.reasoning_parser)
         self.http_address = await self._serve_http("http", add_router_metrics(app,
                                                                               self.router))
 

@@ -205,6 +205,15 @@ def test_a_reasoning_parser_whose_markers_the_tokenizer_has_reaches_the_options(
         args = cli.build_parser().parse_args(["serve", "--model", str(tmp_path), "--port", "0",
                                               "--reasoning-parser", name])
         assert serve_setup(args)[1].reasoning_parser == name
+        args = cli.build_parser().parse_args(["serve", "--model", str(tmp_path), "--port", "0",
+                                              "--replicas", "2", "--reasoning-parser", name])
+        local, router = replicas_setup(args, cli._child_serve_args)
+        assert router.reasoning_parser == name  # the router's own door
+        assert local.serve_args[local.serve_args.index("--reasoning-parser") + 1] == name
+        args = cli.build_parser().parse_args(["router", "--replica", "127.0.0.1:1", "--port",
+                                              "0", "--model", str(tmp_path),
+                                              "--reasoning-parser", name])
+        assert router_setup(args).reasoning_parser == name
     args = cli.build_parser().parse_args(["serve", "--model", str(tmp_path), "--port", "0"])
     assert serve_setup(args)[1].reasoning_parser is None
 

@@ -23,6 +23,8 @@ from router_helpers import agentix
     (("router", "--replica", "127.0.0.1:1", "--http-port", "0"), "http_port: the router's "
                                                                   "OpenAI door needs model"),
     (("serve", "--replicas", "0"), "--replicas"),
+    (("router", "--replica", "127.0.0.1:1", "--reasoning-parser", "qwen3"),
+     "--reasoning-parser: needs --model"),
 ])
 def test_bad_arguments_are_one_line_and_status_2(args, message):
     process = agentix(*args)

@@ -3,7 +3,8 @@ behind it: greedy tokens equal transformers', streamed as on one server; program
 in the router's records, the program on the replica it was placed on, ended everywhere;
 a request's n choices as a program of its own; a client that goes away aborts its call on
 the replica; the replicas' refusals relayed with OpenAI's body; a replica lost before a call
-streams is failed over; tool calls parsed by the router's door with the openai SDK; auth as
+streams is failed over; tool calls and reasoning parsed by the router's door with the
+openai SDK (a reasoning parser needs the router's model, with the markers); auth as
 on one server (tenant namespaces, the client's token forwarded); a chain of stored
 Responses as one program."""
 
@@ -17,13 +18,15 @@ import openai
 import pytest
 import torch
 from grpc_helpers import wait_idle
+from reasoning_model import REASONING
 from router_helpers import TOKEN, in_process_replicas, router_over, wait_until
 from agentix_testing.tiny_llama import hf_greedy
-from tool_call_model import CALL_ARGUMENTS
+from tool_call_model import CALL_ARGUMENTS, CALL_TEXT
 from transformers import AutoModelForCausalLM
 
 from scheduler.placement import make_placement
 from server.router import start_router
+from server.router.app import RouterOptions, RunningRouter
 
 PROMPT = [5, 9, 14, 3, 27, 8, 11, 40, 2, 17]
 NEW_TOKENS = 6
@@ -213,6 +216,47 @@ def test_tool_calls_are_parsed_by_the_routers_door(tool_call_model_dir):
         running.stop(grace=0)
         for server in servers:
             server.stop(grace=0)
+
+
+def test_reasoning_is_split_by_the_routers_door(reasoning_model_dir):
+    servers = in_process_replicas(reasoning_model_dir, count=1)
+    running = router_over(servers, make_placement("round_robin"), model=reasoning_model_dir,
+                          http_port=0, tool_call_parser="hermes", reasoning_parser="qwen3")
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}}]
+    try:
+        with openai.OpenAI(base_url=f"http://{running.http_address}/v1", api_key="unused",
+                           max_retries=0) as client:
+            model = client.models.list().data[0].id
+
+            def message(**body):
+                return client.chat.completions.create(
+                    model=model, messages=[{"role": "user", "content": "hello"}],
+                    temperature=0, max_tokens=32, **body).choices[0].message
+
+            answer = message(tools=tools)
+            off = message(extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+        assert (answer.reasoning_content, answer.content) == (REASONING, None)
+        assert [(c.function.name, c.function.arguments) for c in answer.tool_calls] == [
+            ("get_weather", CALL_ARGUMENTS)]
+        assert (getattr(off, "reasoning_content", None), off.content) == (None, CALL_TEXT)
+    finally:
+        running.stop(grace=0)
+        for server in servers:
+            server.stop(grace=0)
+
+
+def test_a_reasoning_parser_needs_the_routers_model_with_its_markers(tool_call_model_dir):
+    with pytest.raises(ValueError, match="^reasoning_parser: needs model"):
+        RouterOptions(replicas=("127.0.0.1:1",), reasoning_parser="qwen3")
+    with pytest.raises(ValueError, match="^unknown reasoning parser 'qwen'"):
+        RouterOptions(replicas=("127.0.0.1:1",), model=tool_call_model_dir,
+                      reasoning_parser="qwen")
+    with pytest.raises(ValueError) as info:
+        RunningRouter(RouterOptions(replicas=("127.0.0.1:1",), model=tool_call_model_dir,
+                                    reasoning_parser="qwen3"))
+    assert str(info.value) == ("reasoning_parser: reasoning parser 'qwen3' needs '<think>' as "
+                               "one token, and the model's vocabulary has no such token")
 
 
 def test_auth_through_the_routers_door(tiny_llama_dir):
