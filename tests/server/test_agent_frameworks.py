@@ -5,7 +5,9 @@ Responses model (a function tool, `output_type`, `Runner.run_streamed`, a run ch
 `tool_choice`, `with_structured_output(..., method="json_schema")`), a LangGraph
 `create_react_agent` run, and the openai SDK's streamed tool calls. Tools run on the model
 that answers every chat with one hermes call of get_weather(city="Paris")
-(tests/tool_call_model.py), so each run's turns are exact; schemas run on the random
+(tests/tool_call_model.py), so each run's turns are exact, and with a reasoning parser on
+the model that thinks before that call (tests/reasoning_model.py), whose reasoning items the
+SDK sends back; schemas run on the random
 byte-level Llama, whose outputs are arbitrary but constrained. Offline: tracing is off and
 nothing may connect past loopback (checked). The slow test repeats the forced call, a
 structured answer and an Agents SDK run on SmolLM2."""
@@ -36,6 +38,7 @@ from langchain_openai import ChatOpenAI  # noqa: E402
 from langgraph.errors import GraphRecursionError  # noqa: E402
 from langgraph.prebuilt import create_react_agent  # noqa: E402
 from pydantic import BaseModel, Field  # noqa: E402
+from reasoning_model import REASONING  # noqa: E402
 from tool_call_model import CALL_ARGUMENTS, CALL_WORDS  # noqa: E402
 
 from server.app import start_server  # noqa: E402
@@ -253,6 +256,25 @@ def test_agents_sdk_chained_by_previous_response_id_is_one_program(tool_server):
         (program,) = programs
         assert client.get(f"/programs/{program}", cast_to=object)["num_calls"] == 3
         client.post(f"/programs/{program}:end", body={}, cast_to=object)
+
+
+def test_agents_sdk_sends_reasoning_items_back_with_each_turn(reasoning_model_dir):
+    server = serve("server", reasoning_model_dir, tool_call_parser="hermes",
+                   reasoning_parser="qwen3")
+    try:
+        error, _ = run_agent(server, max_turns=2, tools=[function_tool(get_weather)])
+    finally:
+        server.stop(grace=0)
+    assert isinstance(error, agents.MaxTurnsExceeded) and WEATHER == ["Paris"] * 2
+    data = error.run_data
+    assert [type(item).__name__ for item in data.new_items] == \
+        ["ReasoningItem", "ToolCallItem", "ToolCallOutputItem"] * 2
+    assert [[(i.type, i.content[0].text if i.type == "reasoning" else i.name)
+             for i in response.output] for response in data.raw_responses] == \
+        [[("reasoning", REASONING), ("function_call", "get_weather")]] * 2
+    # "tools hello go", then the first turn sent back: its reasoning item rendered with the
+    # call's assistant turn (<think> weather? </think>), and the tool's "sunny"
+    assert [response.usage.input_tokens for response in data.raw_responses] == [3, 7]
 
 
 def test_agents_sdk_stops_on_the_first_tool_streamed_or_not(tool_server):
