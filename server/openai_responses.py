@@ -304,17 +304,9 @@ class ResponseEvents:
     def fragment(self, fragment: dict[str, Any]) -> list[str]:
         events: list[str] = []
         if fragment.get("reasoning_content"):
-            if self.open is None or self.open["type"] != "reasoning":
-                events += self._close() + self._open_reasoning()
-            self.text += fragment["reasoning_content"]
-            events.append(self._event("response.reasoning_text.delta", **self._where(),
-                                      content_index=0, delta=fragment["reasoning_content"]))
+            events += self._text("reasoning", fragment["reasoning_content"])
         if fragment.get("content"):
-            if self.open is None or self.open["type"] != "message":
-                events += self._close() + self._open_message()
-            self.text += fragment["content"]
-            events.append(self._event("response.output_text.delta", **self._where(),
-                                      content_index=0, delta=fragment["content"]))
+            events += self._text("message", fragment["content"])
         for call in fragment.get("tool_calls") or ():
             function = call.get("function") or {}
             if "id" in call:  # a new call opens
@@ -328,6 +320,19 @@ class ResponseEvents:
                 self.text += function["arguments"]
                 events.append(self._event("response.function_call_arguments.delta",
                                           **self._where(), delta=function["arguments"]))
+        return events
+
+    def _text(self, kind: str, text: str) -> list[str]:
+        """More `text` of the open item of `kind` (reasoning or message), opened first when
+        another (or none) is open."""
+        events: list[str] = []
+        if self.open is None or self.open["type"] != kind:
+            events += self._close() + (self._open_reasoning() if kind == "reasoning"
+                                       else self._open_message())
+        self.text += text
+        events.append(self._event("response.reasoning_text.delta" if kind == "reasoning"
+                                  else "response.output_text.delta", **self._where(),
+                                  content_index=0, delta=text))
         return events
 
     def finish(self, completion: CompletionOutput) -> list[str]:
@@ -344,16 +349,20 @@ class ResponseEvents:
             "failed", error=message))]
 
     def _open_reasoning(self) -> list[str]:
-        self.open = reasoning_item(output_item_id("rs", self.response_id, len(self.output)),
-                                   "", "in_progress")
-        return [self._added(), self._event("response.content_part.added", **self._where(),
-                                           content_index=0, part=reasoning_text(""))]
+        return self._open_with_part(reasoning_item(
+            output_item_id("rs", self.response_id, len(self.output)), "", "in_progress"),
+            reasoning_text(""))
 
     def _open_message(self) -> list[str]:
-        self.open = message_item(output_item_id("msg", self.response_id, len(self.output)),
-                                 "", "in_progress")
+        return self._open_with_part(message_item(
+            output_item_id("msg", self.response_id, len(self.output)), "", "in_progress"),
+            output_text(""))
+
+    def _open_with_part(self, item: dict[str, Any], part: dict[str, Any]) -> list[str]:
+        """Open `item` with its one (empty) content part."""
+        self.open = item
         return [self._added(), self._event("response.content_part.added", **self._where(),
-                                           content_index=0, part=output_text(""))]
+                                           content_index=0, part=part)]
 
     def _where(self) -> dict[str, Any]:
         return {"item_id": self.open["id"], "output_index": len(self.output)}

@@ -3,7 +3,8 @@ stub, and a leak check (helpers live in grpc_helpers.py)."""
 
 from __future__ import annotations
 
-from typing import Iterator
+from pathlib import Path
+from typing import Callable, Iterator
 
 import grpc
 import pytest
@@ -19,17 +20,20 @@ from server import agentix_pb2_grpc
 def tool_call_model_dir(tmp_path_factory) -> str:
     """The model that answers every chat with one hermes-style tool call
     (tests/tool_call_model.py), built once."""
-    path = tmp_path_factory.mktemp("tool-call-model")
-    build_tool_call_model(path)
-    return str(path)
+    return built(tmp_path_factory, "tool-call-model", build_tool_call_model)
 
 
 @pytest.fixture(scope="session")
 def reasoning_model_dir(tmp_path_factory) -> str:
     """The model that thinks, then makes one hermes-style tool call
     (tests/reasoning_model.py), built once."""
-    path = tmp_path_factory.mktemp("reasoning-model")
-    build_reasoning_model(path)
+    return built(tmp_path_factory, "reasoning-model", build_reasoning_model)
+
+
+def built(tmp_path_factory, name: str, build: Callable[[Path], None]) -> str:
+    """The directory `build` writes a model to, a fresh one named after `name`."""
+    path = tmp_path_factory.mktemp(name)
+    build(path)
     return str(path)
 
 

@@ -8,9 +8,8 @@ import functools
 
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
+from tool_parser_helpers import cut_outputs, make
 from tool_parser_helpers import fold as fold_calls
-from tool_parser_helpers import make
 
 from server.chat_output import ChatOutput, OutputParsers
 from server.reasoning_parsers import reasoning_parser_class
@@ -100,22 +99,11 @@ PIECES = ["<think>", "</think>", "<", "</", "<th", "think>", "<tool_call>", "</t
           "{", "}", " ", "\n", "a", "é", '"']
 
 
-@st.composite
-def cut_outputs(draw) -> tuple[str, list[str]]:
-    """An output (marker-rich pieces, or any text) and its split at random cut points (empty
-    deltas included)."""
-    text = draw(st.one_of(st.lists(st.sampled_from(PIECES), max_size=14).map("".join),
-                          st.text(max_size=30)))
-    cuts = sorted(draw(st.lists(st.integers(0, len(text)), max_size=8)))
-    bounds = [0, *cuts, len(text)]
-    return text, [text[a:b] for a, b in zip(bounds, bounds[1:])]
-
-
 @pytest.mark.parametrize("options", [
     {}, {"parallel": False}, {"in_content": True}, {"tools": None}, {"reasoning": False},
     {"tools": "llama3_json"}, {"tools": "pythonic"}])
 @settings(max_examples=250, deadline=None)
-@given(output=cut_outputs())
+@given(output=cut_outputs(PIECES, 14))
 def test_any_split_streams_what_parse_gives(options, output):
     text, pieces = output
     pipeline = parsers(**options)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
+from tool_parser_helpers import cut_outputs
 
 from server.reasoning_parsers import REASONING_PARSERS, ReasoningParser, reasoning_parser_class
 from server.tool_parsers import make_tool_parser
@@ -151,22 +151,11 @@ PIECES = ["<think>", "</think>", "<", "</", "<th", "</thi", "think>", "k>", ">",
           "a", "é🌍", "<tool_call>", '{"name": "f"}', "</tool_call>"]
 
 
-@st.composite
-def cut_outputs(draw) -> tuple[str, list[str]]:
-    """An output (marker-rich pieces, or any text) and its split at random cut points (empty
-    deltas included)."""
-    text = draw(st.one_of(st.lists(st.sampled_from(PIECES), max_size=12).map("".join),
-                          st.text(max_size=30)))
-    cuts = sorted(draw(st.lists(st.integers(0, len(text)), max_size=8)))
-    bounds = [0, *cuts, len(text)]
-    return text, [text[a:b] for a, b in zip(bounds, bounds[1:])]
-
-
 @pytest.mark.parametrize("name", sorted(REASONING_PARSERS))
 @pytest.mark.parametrize(("in_content", "call_marker"), [(False, None), (False, "<tool_call>"),
                                                          (True, None)])
 @settings(max_examples=300, deadline=None)
-@given(output=cut_outputs())
+@given(output=cut_outputs(PIECES, 12))
 def test_any_split_streams_what_parse_gives(name, in_content, call_marker, output):
     text, pieces = output
     parser = reasoning_parser_class(name)(in_content, call_marker)

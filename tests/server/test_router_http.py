@@ -10,9 +10,11 @@ Responses as one program."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import urllib.error
 import urllib.request
+from typing import Iterator
 
 import openai
 import pytest
@@ -194,56 +196,52 @@ def test_a_replica_lost_before_the_call_streams_is_failed_over(tiny_llama_dir):
             server.stop(grace=0)
 
 
-def test_tool_calls_are_parsed_by_the_routers_door(tool_call_model_dir):
-    servers = in_process_replicas(tool_call_model_dir, count=1)
-    running = router_over(servers, make_placement("round_robin"), model=tool_call_model_dir,
-                          http_port=0, tool_call_parser="hermes")
-    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
-        "type": "object", "properties": {"city": {"type": "string"}}}}}]
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}}}}]
+
+
+@contextlib.contextmanager
+def door_client(model_dir: str, **options) -> Iterator[openai.OpenAI]:
+    """An openai client of a router's door (the hermes tool parser, and `options`) in front
+    of one in-process replica over `model_dir`."""
+    servers = in_process_replicas(model_dir, count=1)
+    running = router_over(servers, make_placement("round_robin"), model=model_dir,
+                          http_port=0, tool_call_parser="hermes", **options)
     try:
         with openai.OpenAI(base_url=f"http://{running.http_address}/v1", api_key="unused",
                            max_retries=0) as client:
-            model = client.models.list().data[0].id
-            chunks = list(client.chat.completions.create(
-                model=model, messages=[{"role": "user", "content": "hello"}], tools=tools,
-                temperature=0, max_tokens=32, stream=True))
-        calls = [d.tool_calls[0] for c in chunks if c.choices
-                 for d in [c.choices[0].delta] if d.tool_calls]
-        assert calls[0].function.name == "get_weather"
-        assert "".join(c.function.arguments or "" for c in calls) == CALL_ARGUMENTS
-        assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
+            yield client
     finally:
         running.stop(grace=0)
         for server in servers:
             server.stop(grace=0)
+
+
+def chat(client: openai.OpenAI, **body):
+    return client.chat.completions.create(
+        model=client.models.list().data[0].id, messages=[{"role": "user", "content": "hello"}],
+        temperature=0, max_tokens=32, **body)
+
+
+def test_tool_calls_are_parsed_by_the_routers_door(tool_call_model_dir):
+    with door_client(tool_call_model_dir) as client:
+        chunks = list(chat(client, tools=TOOLS, stream=True))
+    calls = [d.tool_calls[0] for c in chunks if c.choices
+             for d in [c.choices[0].delta] if d.tool_calls]
+    assert calls[0].function.name == "get_weather"
+    assert "".join(c.function.arguments or "" for c in calls) == CALL_ARGUMENTS
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
 
 
 def test_reasoning_is_split_by_the_routers_door(reasoning_model_dir):
-    servers = in_process_replicas(reasoning_model_dir, count=1)
-    running = router_over(servers, make_placement("round_robin"), model=reasoning_model_dir,
-                          http_port=0, tool_call_parser="hermes", reasoning_parser="qwen3")
-    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
-        "type": "object", "properties": {"city": {"type": "string"}}}}}]
-    try:
-        with openai.OpenAI(base_url=f"http://{running.http_address}/v1", api_key="unused",
-                           max_retries=0) as client:
-            model = client.models.list().data[0].id
-
-            def message(**body):
-                return client.chat.completions.create(
-                    model=model, messages=[{"role": "user", "content": "hello"}],
-                    temperature=0, max_tokens=32, **body).choices[0].message
-
-            answer = message(tools=tools)
-            off = message(extra_body={"chat_template_kwargs": {"enable_thinking": False}})
-        assert (answer.reasoning_content, answer.content) == (REASONING, None)
-        assert [(c.function.name, c.function.arguments) for c in answer.tool_calls] == [
-            ("get_weather", CALL_ARGUMENTS)]
-        assert (getattr(off, "reasoning_content", None), off.content) == (None, CALL_TEXT)
-    finally:
-        running.stop(grace=0)
-        for server in servers:
-            server.stop(grace=0)
+    with door_client(reasoning_model_dir, reasoning_parser="qwen3") as client:
+        answer = chat(client, tools=TOOLS).choices[0].message
+        off = chat(client, extra_body={"chat_template_kwargs": {"enable_thinking": False}}
+                   ).choices[0].message
+    assert (answer.reasoning_content, answer.content) == (REASONING, None)
+    assert [(c.function.name, c.function.arguments) for c in answer.tool_calls] == [
+        ("get_weather", CALL_ARGUMENTS)]
+    assert (getattr(off, "reasoning_content", None), off.content) == (None, CALL_TEXT)
 
 
 def test_a_reasoning_parser_needs_the_routers_model_with_its_markers(tool_call_model_dir):
