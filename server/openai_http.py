@@ -101,8 +101,8 @@ class StartedCalls:
     """A request's submitted calls: one stream per choice; `own_program` when the request
     started a program of its own (`program_id`, ended with the request); `named` the
     program the client named (None: none); `parser` is what the outputs go through
-    (reasoning split, tool calls; None: plain text); `headers` are the request's (a router forwards them); `prompt_ids`
-    each call's prompt."""
+    (reasoning split, tool calls; None: plain text); `headers` are the request's (a router
+    forwards them); `prompt_ids` each call's prompt."""
 
     ns: Namespace
     headers: tuple[tuple[str, str], ...]
@@ -506,8 +506,8 @@ class OpenAIDoor:
                    echo: Echo | None) -> AsyncIterator[str]:
         """The SSE body: a role chunk per choice (chat), the choices' deltas interleaved as
         they come (through the calls' parsers, as their fragments: reasoning_content, then
-        content and each tool call's opening and arguments), a finish chunk per choice, the usage chunk if asked
-        for, `[DONE]`; with `echo`, a choice's first chunk is its prompt (and the prompt's
+        content and each tool call's opening and arguments), a finish chunk per choice, the
+        usage chunk if asked for, `[DONE]`; with `echo`, a choice's first chunk is its prompt (and the prompt's
         logprobs). A call's stream that ends in an error sends an error event (OpenAI's
         error body) and `[DONE]` instead. A client that goes away aborts the calls (the
         generator is closed)."""

@@ -1,8 +1,8 @@
 """The Responses API (`/v1/responses`) with the official `openai` SDK, on the model that answers
 every chat with one hermes-style tool call (tests/tool_call_model.py): text and function-call
 output items, input items of every supported kind reaching the chat template, the streamed
-event sequence, output item ids (unique in a response, the same scheme streamed or not),
-and a 400 naming each field the server cannot honour or that is malformed
+event sequence, output item ids (unique in a response, the same scheme streamed or not; a
+reasoning item's too: reasoning over HTTP is tests/server/test_http_reasoning.py), and a 400 naming each field the server cannot honour or that is malformed
 (structured `text.format` itself: tests/server/test_http_structured.py)."""
 
 from __future__ import annotations
@@ -193,9 +193,37 @@ def test_arguments_stream_in_deltas_and_a_call_the_token_limit_cut_is_incomplete
         ("response.output_item.done", None),
         ("response.incomplete", None),
     ]
-    whole = output_items(RESPONSE_ID, finished("", "length"), ChatOutput(None, None, (CALLS[1], call)))
+    whole = output_items(RESPONSE_ID, finished("", "length"),
+                         ChatOutput(None, None, (CALLS[1], call)))
     assert [item["status"] for item in whole] == ["completed", "incomplete"]
     assert payloads[-1]["response"]["output"] == whole
     assert payloads[-1]["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
     text_only = output_items(RESPONSE_ID, finished("Cut", "length"), ChatOutput(None, "Cut"))
     assert [item["status"] for item in text_only] == ["completed"]  # messages keep theirs
+
+
+def test_a_reasoning_item_comes_first_the_same_streamed_or_not():
+    """Reasoning, text, a call: `rs_`, `msg_`, `fc_` items, the reasoning's text in one
+    `reasoning_text` part; its tokens not counted. Cut inside the reasoning, the reasoning
+    is incomplete and an empty message follows it."""
+    expected = [f"rs_{RESPONSE_ID}_0", f"msg_{RESPONSE_ID}_1", f"fc_{RESPONSE_ID}_2"]
+    whole = output_items(RESPONSE_ID, finished("ignored"), ChatOutput("Hm.", "Ok.", CALLS[:1]))
+    assert [item["id"] for item in whole] == expected
+    assert whole[0] == {"type": "reasoning", "id": expected[0], "summary": [],
+                        "content": [{"type": "reasoning_text", "text": "Hm."}],
+                        "status": "completed"}
+    payloads = streamed({"reasoning_content": "H"}, {"reasoning_content": "m."},
+                        {"content": "Ok."}, *opened(CALLS[0]))
+    assert [(p["type"], p.get("delta")) for p in payloads[2:9]] == [
+        ("response.output_item.added", None), ("response.content_part.added", None),
+        ("response.reasoning_text.delta", "H"), ("response.reasoning_text.delta", "m."),
+        ("response.reasoning_text.done", None), ("response.content_part.done", None),
+        ("response.output_item.done", None)]
+    (completed,) = [p["response"] for p in payloads if p["type"] == "response.completed"]
+    assert completed["output"] == whole
+    assert completed["usage"]["output_tokens_details"] == {}
+    cut = output_items(RESPONSE_ID, finished("", "length"), ChatOutput("Hm", None))
+    assert [(item["type"], item["status"]) for item in cut] == [("reasoning", "incomplete"),
+                                                                ("message", "completed")]
+    assert streamed({"reasoning_content": "Hm"}, finish_reason="length")[-1]["response"][
+        "output"] == cut
