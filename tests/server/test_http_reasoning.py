@@ -172,6 +172,16 @@ def test_a_streamed_response_sends_the_reasoning_events_first(client):
     assert final.output[0].content[0].text == REASONING
 
 
+def test_thinking_off_through_a_responses_chat_template_kwargs_makes_all_content(client):
+    response = client.responses.create(
+        model="tiny", input="hello", temperature=0,
+        extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    assert [item.type for item in response.output] == ["message"]
+    assert response.output_text == CALL_TEXT
+    assert response.usage.input_tokens == 4  # hello go <think> </think>
+    assert response.usage.output_tokens_details.reasoning_tokens == 0
+
+
 def test_a_response_cut_in_its_reasoning_has_an_incomplete_reasoning_item(client):
     response = client.responses.create(model="tiny", input="hello", max_output_tokens=2)
     assert response.status == "incomplete"
