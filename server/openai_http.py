@@ -290,8 +290,8 @@ class OpenAIDoor:
                             chat: ChatCompletionRequest, keep: Keep | None
                             ) -> AsyncIterator[str]:
         """A response's event stream (a client that goes away aborts the call); `keep`
-        stores the response object of its final event (completed or incomplete) before
-        that event is sent."""
+        stores the response object of its final event (completed or incomplete,
+        `events.final`) before that event is sent."""
         parser = (_StreamedCalls(started.parser, chat.parallel_tool_calls)
                   if started.parser else None)
         try:
@@ -316,8 +316,8 @@ class OpenAIDoor:
                         yield event
                 else:
                     finished = events.finish(item.completion)
-                    if keep is not None:  # the object the client gets, from its final event
-                        keep(json.loads(finished[-1].split("data: ", 1)[1])["response"])
+                    if keep is not None:
+                        keep(events.final)
                     for event in finished:
                         yield event
         except Exception as exc:  # the call's stream ended in a request error

@@ -217,7 +217,8 @@ class ResponseEvents:
     """The streamed events of one response (see the module docstring), as SSE strings:
     `start()`, then `fragment()` for each piece of output (a chat delta: {"content": text}
     or a tool parser's {"tool_calls": [...]} opening a call or adding to its arguments),
-    then `finish(completion)` or `fail(message)`."""
+    then `finish(completion)` or `fail(message)`; `final` is the response object of the
+    event `finish` ends with (None before)."""
 
     def __init__(self, body: ResponsesRequest, response_id: str, model: str,
                  created: int) -> None:
@@ -226,6 +227,7 @@ class ResponseEvents:
         self.output: list[dict[str, Any]] = []   # items done
         self.open: dict[str, Any] | None = None  # the item being streamed
         self.text = ""                          # the open item's text or arguments
+        self.final: dict[str, Any] | None = None
 
     def _event(self, kind: str, **fields: Any) -> str:
         payload = {"type": kind, "sequence_number": self.sequence, **fields}
@@ -270,8 +272,8 @@ class ResponseEvents:
         events = self._close(status)
         if not self.output:  # no output at all: still one (empty) message
             events += self._open_message() + self._close()
-        return events + [self._event(f"response.{status}", response=self._response(
-            status, response_usage(completion)))]
+        self.final = self._response(status, response_usage(completion))
+        return events + [self._event(f"response.{status}", response=self.final)]
 
     def fail(self, message: str) -> list[str]:
         return self._close() + [self._event("response.failed", response=self._response(
