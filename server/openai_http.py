@@ -14,7 +14,8 @@ Program identity: the `X-Program-Id` header (alias `X-Session-Id`) or `program_i
 body; an unknown id starts the program, for the bearer token's tenant (TTL expiry ends it).
 No program named: the call gets a one-call program, or with several calls (`n > 1`, batched
 prompts) a program of its own whose threads ATLAS schedules together, ended when the
-request ends; a chain of stored Responses is one program (`OpenAIDoor._start_response`).
+request ends; a chain of stored Responses is one program, started by its first
+continuation (`OpenAIDoor._start_response`).
 A program a request starts (an unknown id, or the n choices' own) gets the class the
 `X-Program-Class` header or `program_class` in the body gives (the header wins; checked like
 an id, else 400 naming `program_class`); a program that exists keeps its class, a one-call
@@ -57,7 +58,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from engine import ChatPrompt, CompletionOutput, SamplingParams
-from engine.errors import UnknownProgramError
+from engine.errors import ProgramExistsError, ProgramLimitError, UnknownProgramError
 from engine.logprobs import TokenLogprob
 from scheduler.deadlines import check_ttft_slo
 from scheduler.ids import check_id
@@ -94,6 +95,23 @@ CLIENT_CLOSED_REQUEST = 499     # the status logged for a request whose client w
 NOT_STORED = ("no stored response has this id (it is unknown, expired, deleted or another "
               "tenant's)")
 Keep = Callable[[dict[str, Any]], None]  # stores a finished response object
+
+
+@dataclass(frozen=True)
+class PreparedCalls:
+    """A request's calls, validated and tokenized, not yet submitted: `calls` are (prompt
+    token ids, choice index); `named` the program the client names (None: none), `named_id`
+    its engine id; `headers` the request's."""
+
+    ns: Namespace
+    headers: tuple[tuple[str, str], ...]
+    body: Any
+    named: str | None
+    named_id: str | None
+    program_class: str | None
+    params: SamplingParams
+    parser: ParserFactory | None
+    calls: list[tuple[list[int], int]]
 
 
 @dataclass(frozen=True)
@@ -241,12 +259,12 @@ class OpenAIDoor:
             chat = body.to_chat(history)
         except ValueError as exc:
             raise http_error_of(exc) from None
-        started = await self._start_response(request, body, chat, previous)
+        started, chain = await self._start_response(request, body, chat)
         response_id = f"resp_{ns.outer(started.streams[0].call_id)}"
         served = body.model_copy(update={"program_id": None if started.program_id is None
                                          else ns.outer(started.program_id)})
         keep = None if not body.store else functools.partial(
-            self._keep, ns, response_id, [*history, *body.input_items()], started.program_id)
+            self._keep, ns, response_id, [*history, *body.input_items()], chain)
         created = now_seconds()
         if body.stream:
             events = ResponseEvents(served, response_id, self.model_name, created)
@@ -266,37 +284,50 @@ class OpenAIDoor:
         return JSONResponse(response)
 
     async def _start_response(self, request: Request, body: ResponsesRequest,
-                              chat: ChatCompletionRequest, previous: StoredResponse | None
-                              ) -> StartedCalls:
-        """Start a response's call. A chain of responses is one program: with none named,
-        a continuation joins the program of the response it continues, and a stored
-        response that continues none starts a program of its own (implicitly, for the
-        tenant, ended by TTL). Should the chain's program have ended (TTL, or its end: 409)
-        the chain goes on in a new one; should a new one be past a program cap (429) the
-        response runs as a one-call program, as does one neither stored nor continuing."""
-        def prompts() -> list[Prompt]:
-            return [chat.chat()]
+                              chat: ChatCompletionRequest) -> tuple[StartedCalls, str | None]:
+        """Start a response's call; also the program of its chain (what to store with it).
 
-        if _named_program(request, chat) is not None or not (body.store or previous):
-            return await self.start_calls(request, chat, prompts)
-        ns = self.namespace(request)
-        if previous is not None and previous.program_id is not None:
-            try:
-                return await self.start_calls(request, chat, prompts, previous.program_id)
-            except HttpError as exc:
-                if exc.status != 409:
-                    raise
+        A program the client names wins. Else a response that continues none runs as a
+        one-call program (nothing lingers) and its chain has no program yet; the first
+        continuation of a response starts the chain's program (implicitly, for the tenant,
+        ended by TTL) and records it on the response it continues, so later continuations
+        of either, forks included, join it. The first response's own service is not in
+        that program's record (an approximation). Should the chain's program have ended
+        (TTL, or its end), the chain goes on in a new one; should a program cap refuse to
+        start one, the response runs as a one-call program. Other refusals (a full waiting
+        queue) are the client's."""
+        prepared = await self.prepare_calls(request, chat, lambda: [chat.chat()])
+        ns = prepared.ns
+        if prepared.named is not None or body.previous_response_id is None:
+            started = await self.run(ns, self.submit_calls(prepared))
+            return started, started.program_id
+        return await self.run(ns, self._continue_chain(prepared, body.previous_response_id))
+
+    async def _continue_chain(self, prepared: PreparedCalls, previous_id: str
+                              ) -> tuple[StartedCalls, str]:
+        """Submit a continuation of `previous_id` in its chain's program (request errors
+        typed, as `submit_calls` raises them); also the chain's program."""
+        tenant, store = prepared.ns.tenant, self.responses_store
+        program = store.chain_program(tenant, previous_id, _new_program(prepared.ns))
         try:
-            return await self.start_calls(request, chat, prompts,
-                                          ns.inner("program_id", new_id("prog")))
-        except HttpError as exc:
-            if exc.status != 429:
-                raise
-        return await self.start_calls(request, chat, prompts)
+            return await self._in_chain(prepared, program), program
+        except (UnknownProgramError, ProgramExistsError):  # it ended: unknown, recently ended
+            program = store.chain_program(tenant, previous_id, _new_program(prepared.ns),
+                                          ended=program)
+            return await self._in_chain(prepared, program), program
+
+    async def _in_chain(self, prepared: PreparedCalls, program: str) -> StartedCalls:
+        """The calls submitted in `program`, or as a one-call program when a program cap
+        keeps it from starting."""
+        try:
+            return await self.submit_calls(prepared, program)
+        except ProgramLimitError:
+            return await self.submit_calls(prepared)
 
     def _keep(self, ns: Namespace, response_id: str, conversation: list[dict[str, Any]],
               program_id: str | None, response: dict[str, Any]) -> None:
-        """Store a finished response: what it answered and the object sent."""
+        """Store a finished response: what it answered, the object sent and its chain's
+        program."""
         self.responses_store.put(ns.tenant, response_id,
                                  StoredResponse(conversation, response, program_id))
 
@@ -317,8 +348,8 @@ class OpenAIDoor:
                             chat: ChatCompletionRequest, keep: Keep | None
                             ) -> AsyncIterator[str]:
         """A response's event stream (a client that goes away aborts the call); `keep`
-        stores the response object of its final event (completed or incomplete) before
-        that event is sent."""
+        stores the response object of its final event (completed or incomplete,
+        `events.final`) before that event is sent."""
         parser = started.parser.stream() if started.parser else None
         try:
             for event in events.start():
@@ -342,8 +373,8 @@ class OpenAIDoor:
                         yield event
                 else:
                     finished = events.finish(item.completion)
-                    if keep is not None:  # the object the client gets, from its final event
-                        keep(json.loads(finished[-1].split("data: ", 1)[1])["response"])
+                    if keep is not None:
+                        keep(events.final)
                     for event in finished:
                         yield event
         except Exception as exc:  # the call's stream ended in a request error
@@ -403,11 +434,16 @@ class OpenAIDoor:
         return completion_logprobs(entries, texts, offset)
 
     async def start_calls(self, request: Request, body,
-                          prompts_of: Callable[[], list[Prompt]], program: str | None = None
-                          ) -> StartedCalls:
-        """Authenticate, validate and submit a request's calls, `n` per prompt in order
-        (HttpError naming what is wrong; nothing is left submitted then). `program` (an
-        engine id; started if unknown) is the calls' program when the client names none."""
+                          prompts_of: Callable[[], list[Prompt]]) -> StartedCalls:
+        """`prepare_calls`, then `submit_calls` with no program of the door's (its request
+        error as an HttpError)."""
+        prepared = await self.prepare_calls(request, body, prompts_of)
+        return await self.run(prepared.ns, self.submit_calls(prepared))
+
+    async def prepare_calls(self, request: Request, body,
+                            prompts_of: Callable[[], list[Prompt]]) -> PreparedCalls:
+        """Authenticate, validate and tokenize a request's calls, `n` per prompt in order
+        (HttpError naming what is wrong)."""
         ns = self.namespace(request)
         self.check_model(body.model)
         unsupported = body.unsupported()
@@ -426,35 +462,46 @@ class OpenAIDoor:
                 if value is not None:
                     check_id(field, value)
             check_ttft_slo(body.ttft_slo_seconds)
-            program_id = program if named is None else ns.inner("program_id", named)
+            named_id = None if named is None else ns.inner("program_id", named)
         except ValueError as exc:
             raise http_error_of(exc) from None
         parser = await self._output_parsers(body, tools, params, prompts[0])
         calls = [(token_ids, i * body.n + j) for i, token_ids in enumerate(prompts)
                  for j in range(body.n)]
-        own_program = named is None and program is None and len(calls) > 1
-        headers = tuple(request.headers.items())
+        return PreparedCalls(ns, tuple(request.headers.items()), body, named, named_id,
+                             program_class, params, parser, calls)
+
+    async def submit_calls(self, prepared: PreparedCalls, program: str | None = None
+                           ) -> StartedCalls:
+        """Submit the prepared calls, or raise the backend's request error as it raised it
+        (typed, ids the engine's) with nothing left submitted. Their program: the client's,
+        else `program` (an engine id; started if unknown), else a one-call program, or with
+        several calls one of the request's own (ended with the request)."""
+        ns, body, calls, headers = prepared.ns, prepared.body, prepared.calls, prepared.headers
+        program_id = prepared.named_id if prepared.named_id is not None else program
+        own_program = program_id is None and len(calls) > 1
         if own_program:
-            program_id = ns.inner("program_id", new_id("prog"))
-            await self.run(ns, self.backend.start_program(ns, program_id, program_class))
+            program_id = _new_program(ns)
+            await self.backend.start_program(ns, program_id, prepared.program_class)
         streams: list[CallItems] = []
         try:
             for token_ids, index in calls:
                 thread = (body.thread_id if len(calls) == 1 else
                           f"{body.thread_id or 'choice'}-{index}")
-                streams.append(await self.run(ns, self.backend.submit(ns, CallRequest(
+                streams.append(await self.backend.submit(ns, CallRequest(
                     program_id=program_id, call_id=ns.inner("call_id", new_id("call")),
-                    prompt=token_ids, params=for_choice(params, index), tenant=ns.tenant,
-                    thread_id=thread, expected_tool_seconds=body.expected_tool_seconds,
-                    start_unknown=True, program_class=program_class,
-                    ttft_slo_seconds=body.ttft_slo_seconds), headers)))
+                    prompt=token_ids, params=for_choice(prepared.params, index),
+                    tenant=ns.tenant, thread_id=thread,
+                    expected_tool_seconds=body.expected_tool_seconds, start_unknown=True,
+                    program_class=prepared.program_class,
+                    ttft_slo_seconds=body.ttft_slo_seconds), headers))
         except BaseException:
             for stream in streams:
                 stream.cancel()
             await self._end_own(ns, headers, own_program, program_id)
             raise
-        return StartedCalls(ns, headers, streams, own_program, program_id, named, parser,
-                            [token_ids for token_ids, _ in calls])
+        return StartedCalls(ns, headers, streams, own_program, program_id, prepared.named,
+                            prepared.parser, [token_ids for token_ids, _ in calls])
 
     async def finish_calls(self, request: Request, started: StartedCalls
                            ) -> list[CompletionOutput] | None:
@@ -577,6 +624,11 @@ def _named_program(request: Request, body) -> str | None:
     body's `program_id` (None: none)."""
     return next((request.headers[h] for h in PROGRAM_HEADERS if h in request.headers),
                 body.program_id)
+
+
+def _new_program(ns: Namespace) -> str:
+    """A fresh program id of the caller's (its engine id)."""
+    return ns.inner("program_id", new_id("prog"))
 
 
 async def _until_done_or_gone(request: Request, streams: list[CallItems]

@@ -276,7 +276,8 @@ class ResponseEvents:
     `start()`, then `fragment()` for each piece of output (a chat delta:
     {"reasoning_content": text}, {"content": text} or a tool parser's {"tool_calls": [...]}
     opening a call or adding to its arguments), then `finish(completion)` or
-    `fail(message)`."""
+    `fail(message)`; `final` is the response object of the event `finish` ends with (None
+    before)."""
 
     def __init__(self, body: ResponsesRequest, response_id: str, model: str,
                  created: int) -> None:
@@ -285,6 +286,7 @@ class ResponseEvents:
         self.output: list[dict[str, Any]] = []   # items done
         self.open: dict[str, Any] | None = None  # the item being streamed
         self.text = ""                          # the open item's text or arguments
+        self.final: dict[str, Any] | None = None
 
     def _event(self, kind: str, **fields: Any) -> str:
         payload = {"type": kind, "sequence_number": self.sequence, **fields}
@@ -341,8 +343,8 @@ class ResponseEvents:
         if all(item["type"] == "reasoning" for item in self.output):  # still one message
             events += self._open_message() + self._close()
         reasoned = any(item["type"] == "reasoning" for item in self.output)
-        return events + [self._event(f"response.{status}", response=self._response(
-            status, response_usage(completion, reasoned)))]
+        self.final = self._response(status, response_usage(completion, reasoned))
+        return events + [self._event(f"response.{status}", response=self.final)]
 
     def fail(self, message: str) -> list[str]:
         return self._close() + [self._event("response.failed", response=self._response(

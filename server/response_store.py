@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from server.limits import DEFAULT_RESPONSES_MAX_BYTES, DEFAULT_RESPONSES_PER_TENANT
@@ -45,8 +45,10 @@ class ResponseLimits:
 class StoredResponse:
     """A completed response: `conversation`, the input items it answered (a previous
     response's already expanded); `response`, the response object as sent (its `output`
-    included); `program_id`, the engine id of the program it ran in (None: a one-call
-    program)."""
+    included); `program_id`, the engine id of its chain's program, the one continuations of
+    it run in (None: none yet, as for a response that continued nothing until its first
+    continuation picks one; it may have ended, or not be started yet when the call meant to
+    start it ran as a one-call program past a program cap)."""
 
     conversation: list[dict[str, Any]]
     response: dict[str, Any]
@@ -119,6 +121,22 @@ class ResponseStore:
         self._entries.move_to_end(key)
         self._tenants[tenant].move_to_end(response_id)
         return entry.stored
+
+    def chain_program(self, tenant: str | None, response_id: str, proposed: str,
+                      ended: str | None = None) -> str:
+        """The program a continuation of the tenant's response runs in: the one recorded on
+        it, unless it has none yet or that one is `ended`; then `proposed`, recorded on it
+        now, so that every continuation of it (a fork too) shares one program. `proposed`
+        too when the response is no longer stored. Not a use."""
+        self._expire(self.clock())
+        entry = self._entries.get((tenant, response_id))
+        if entry is None:
+            return proposed
+        current = entry.stored.program_id
+        if current is not None and current != ended:
+            return current
+        entry.stored = replace(entry.stored, program_id=proposed)
+        return proposed
 
     def delete(self, tenant: str | None, response_id: str) -> bool:
         """Forget the tenant's stored response; False when there was none."""

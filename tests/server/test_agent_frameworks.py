@@ -1,9 +1,10 @@
 """Agent frameworks, unchanged, against the HTTP door, of one server and of a router in front
 of a replica (the same door on `server.router.http_backend`): the OpenAI Agents SDK on its default
 Responses model (a function tool, `output_type`, `Runner.run_streamed`, a run chained by
-`previous_response_id` as one program), LangChain's `ChatOpenAI` (`bind_tools` with a forced
-`tool_choice`, `with_structured_output(..., method="json_schema")`), a LangGraph
-`create_react_agent` run, and the openai SDK's streamed tool calls. Tools run on the model
+`previous_response_id` as one program from its second turn, a stateless run holding none),
+LangChain's `ChatOpenAI` (`bind_tools` with a forced `tool_choice`,
+`with_structured_output(..., method="json_schema")`), a LangGraph `create_react_agent` run,
+and the openai SDK's streamed tool calls. Tools run on the model
 that answers every chat with one hermes call of get_weather(city="Paris")
 (tests/tool_call_model.py), so each run's turns are exact, and with a reasoning parser on
 the model that thinks before that call (tests/reasoning_model.py), whose reasoning items the
@@ -239,11 +240,16 @@ def test_agents_sdk_runs_the_tool_each_turn_until_max_turns(tool_server):
     # Each turn sends the whole history back (the SDK's default): "tools hello go", then
     # one more "sunny" per tool result (a function_call item adds no word to the template).
     assert [response.usage.input_tokens for response in data.raw_responses] == [3, 4, 5]
+    with openai.OpenAI(base_url=base_url(tool_server), api_key="unused",
+                       max_retries=0) as client:  # stored, each in a one-call program
+        assert [client.responses.retrieve(r.response_id).model_extra["program_id"]
+                for r in data.raw_responses] == [None] * 3
 
 
 def test_agents_sdk_chained_by_previous_response_id_is_one_program(tool_server):
     """`auto_previous_response_id`: each turn sends only its new items; the server's stored
-    conversation makes the same prompts, and the run is one program, with no header."""
+    conversation makes the same prompts, and the run is one program from its second turn
+    on (started by the first continuation), with no header."""
     error, _ = run_agent(tool_server, max_turns=3, chained=True,
                          tools=[function_tool(get_weather)])
     assert isinstance(error, agents.MaxTurnsExceeded) and WEATHER == ["Paris"] * 3
@@ -251,10 +257,11 @@ def test_agents_sdk_chained_by_previous_response_id_is_one_program(tool_server):
     assert [response.usage.input_tokens for response in turns] == [3, 4, 5]
     with openai.OpenAI(base_url=base_url(tool_server), api_key="unused",
                        max_retries=0) as client:
-        programs = {client.responses.retrieve(t.response_id).model_extra["program_id"]
-                    for t in turns}
-        (program,) = programs
-        assert client.get(f"/programs/{program}", cast_to=object)["num_calls"] == 3
+        first, *programs = [client.responses.retrieve(t.response_id).model_extra[
+            "program_id"] for t in turns]
+        program = programs[0]
+        assert program.startswith("prog-") and (first, programs) == (None, [program] * 2)
+        assert client.get(f"/programs/{program}", cast_to=object)["num_calls"] == 2
         client.post(f"/programs/{program}:end", body={}, cast_to=object)
 
 

@@ -1,7 +1,8 @@
 """The stored Responses' bounds (server/response_store.py), exact, on an injected clock: the
 count per tenant and the bytes in all evict the least recently used first, a response too
 large for the whole store is refused, a response expires `ttl` after its last use (the
-program TTL unless set), and tenants never see each other's. `check()` after every step."""
+program TTL unless set), tenants never see each other's, and a chain's program is recorded
+on a response once, by its first continuation. `check()` after every step."""
 
 from __future__ import annotations
 
@@ -118,6 +119,36 @@ def test_tenants_never_see_or_delete_each_others_responses():
     assert store.delete("alice", "r1")
     assert not store.delete("alice", "r1")
     assert kept(store, "alice", "r1") == []
+
+
+def test_the_first_continuation_records_the_chains_program_later_ones_get_it():
+    store, _ = make(max_per_tenant=2)
+    store.put("alice", "a1", stored(program_id=None))
+    assert store.chain_program("alice", "a1", "prog-2") == "prog-2"
+    assert store.chain_program("alice", "a1", "prog-3") == "prog-2"
+    assert store.get("alice", "a1").program_id == "prog-2"
+    assert store.chain_program("bob", "a1", "prog-4") == "prog-4"  # not bob's: unrecorded
+    assert store.get("bob", "a1") is None
+    store.check()
+    assert (len(store), store.num_bytes) == (1, SIZE)  # the size is the same
+
+
+def test_an_ended_chain_program_is_replaced_once():
+    store, _ = make()
+    store.put("alice", "a1", stored(program_id="prog-1"))
+    assert store.chain_program("alice", "a1", "prog-2", ended="prog-1") == "prog-2"
+    # a concurrent continuation that saw prog-1 end too joins the replacement
+    assert store.chain_program("alice", "a1", "prog-3", ended="prog-1") == "prog-2"
+    assert store.get("alice", "a1").program_id == "prog-2"
+
+
+def test_recording_a_chains_program_is_not_a_use():
+    store, clock = make(ttl=10.0)
+    store.put("alice", "a1", stored(program_id=None))
+    clock.now = 9.0
+    store.chain_program("alice", "a1", "prog-2")
+    clock.now = 10.0
+    assert kept(store, "alice", "a1") == []  # last used at 0
 
 
 @pytest.mark.parametrize("limits, field", [

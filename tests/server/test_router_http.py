@@ -6,7 +6,8 @@ the replica; the replicas' refusals relayed with OpenAI's body; a replica lost b
 streams is failed over; tool calls and reasoning parsed by the router's door with the
 openai SDK (a reasoning parser needs the router's model, with the markers); auth as
 on one server (tenant namespaces, the client's token forwarded); a chain of stored
-Responses as one program."""
+Responses as one program from its second response on (an ended one replaced, past the
+router's program cap a one-call program)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from agentix_testing.tiny_llama import hf_greedy
 from tool_call_model import CALL_ARGUMENTS, CALL_TEXT
 from transformers import AutoModelForCausalLM
 
+from scheduler.config import SchedulerConfig
 from scheduler.placement import make_placement
 from server.router import start_router
 from server.router.app import RouterOptions, RunningRouter
@@ -129,19 +131,60 @@ def test_n_choices_run_as_a_program_of_their_own_ended_with_the_request(
     assert router.call(lambda: len(router.router.programs.table)) == 0
 
 
+def respond(client, **body):
+    return client.responses.create(model="tiny-llama", input="w5", temperature=0,
+                                   max_output_tokens=4, **body)
+
+
 def test_a_chain_of_stored_responses_is_one_program_in_the_routers_records(
         router, client, idle):
-    first = client.responses.create(model="tiny-llama", input="w5", temperature=0,
-                                    max_output_tokens=4)
-    second = client.responses.create(model="tiny-llama", input="w5", temperature=0,
-                                     max_output_tokens=4, previous_response_id=first.id)
+    first = respond(client)
+    assert first.model_extra["program_id"] is None  # a one-call program: nothing lingers
+    assert router.call(lambda: len(router.router.programs.table)) == 0
+    second = respond(client, previous_response_id=first.id)
+    third = respond(client, previous_response_id=second.id)
+    fork = respond(client, previous_response_id=first.id)
     # w7 w5 w8 <the first answer> w7 w5 w9: the stored conversation, then the new input
     assert second.usage.input_tokens == 6 + len(first.output_text.split())
-    program = first.model_extra["program_id"]
-    assert program.startswith("prog-") and second.model_extra["program_id"] == program
-    assert get(router, f"/v1/programs/{program}")[1]["num_calls"] == 2
+    program = second.model_extra["program_id"]
+    assert program.startswith("prog-")
+    assert [r.model_extra["program_id"] for r in (third, fork)] == [program, program]
+    assert get(router, f"/v1/programs/{program}")[1]["num_calls"] == 3
     assert client.responses.retrieve(second.id).model_dump() == second.model_dump()
     assert post(router, f"/v1/programs/{program}:end", {})[0] == 200
+    after = respond(client, previous_response_id=third.id)  # its program ended: a new one
+    renewed = after.model_extra["program_id"]
+    assert renewed.startswith("prog-") and renewed != program
+    assert get(router, f"/v1/programs/{renewed}")[1]["num_calls"] == 1
+    assert post(router, f"/v1/programs/{renewed}:end", {})[0] == 200
+
+
+def test_past_the_routers_program_cap_a_chain_goes_on_in_one_call_programs(
+        replicas, tiny_llama_dir):
+    capped = router_over(replicas, make_placement("round_robin"), model=tiny_llama_dir,
+                         http_port=0, served_model_name="tiny-llama",
+                         scheduler=SchedulerConfig(max_programs_per_tenant=1))
+    try:
+        wait_until(lambda: get(capped, "/health")[0] == 200, what="a healthy replica")
+        with openai.OpenAI(base_url=f"http://{capped.http_address}/v1", api_key="unused",
+                           max_retries=0) as client:
+            first = respond(client)
+            named = respond(client, store=False, extra_headers={"X-Program-Id": "capper"})
+            assert named.model_extra["program_id"] == "capper"  # the cap is reached
+            second = respond(client, previous_response_id=first.id)
+            assert second.model_extra["program_id"] is None
+            assert client.responses.retrieve(second.id).id == second.id
+            assert post(capped, "/v1/programs/capper:end", {})[0] == 200
+            third = respond(client, previous_response_id=second.id)
+        program = third.model_extra["program_id"]
+        assert program.startswith("prog-")
+        assert capped.call(lambda: [r.program_id for r in
+                                    capped.router.programs.table.top_by_service(10)]) == \
+            [program]
+    finally:
+        capped.stop(grace=0)
+    for server in replicas:
+        wait_idle(server)
 
 
 def test_a_client_that_goes_away_aborts_its_call_on_the_replica(router, client, replicas,
