@@ -101,7 +101,8 @@ Keep = Callable[[dict[str, Any]], None]  # stores a finished response object
 class PreparedCalls:
     """A request's calls, validated and tokenized, not yet submitted: `calls` are (prompt
     token ids, choice index); `named` the program the client names (None: none), `named_id`
-    its engine id; `headers` the request's."""
+    its engine id; `parser` what the outputs go through (None: plain text); `headers` the
+    request's."""
 
     ns: Namespace
     headers: tuple[tuple[str, str], ...]
@@ -110,7 +111,7 @@ class PreparedCalls:
     named_id: str | None
     program_class: str | None
     params: SamplingParams
-    parser: ParserFactory | None
+    parser: OutputParsers | None
     calls: list[tuple[list[int], int]]
 
 
