@@ -19,7 +19,7 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
-from bench.sim.baselines import BASELINES
+from bench.sim.baselines import BASELINES, DEFAULTS
 from bench.sim.client_programs import PROGRAM_IDS
 from bench.sim.cost_model import GPU_PRESETS, MODEL_PRESETS
 from bench.sim.hot_tenant import HOT_PREFIX_TOKENS, hot_tenant
@@ -568,7 +568,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="bench_command", required=True)
     sim = sub.add_parser("sim", help="simulate a workload under a policy (virtual time)")
     sim.add_argument("--workload", choices=WORKLOADS, required=True)
-    sim.add_argument("--policy", choices=sorted(BASELINES), default="atlas")
+    sim.add_argument("--policy", choices=sorted([*BASELINES, DEFAULTS]), default=DEFAULTS,
+                     help="a baseline (bench/sim/baselines.py), or 'defaults': the engine's "
+                          "own defaults, as `agentix serve` runs (default)")
     sim.add_argument("--rate", type=positive_float, default=1.0,
                      help="program arrivals per second (Poisson; 'inf': all at once)")
     sim.add_argument("--programs", type=_positive_int, default=100)

@@ -100,8 +100,9 @@ class Call:
     def append_token(self, token: int) -> str | None:
         """Append a sampled `token`; then STOP for a stop token id, (unless `ignore_eos`) an
         EOS id or an output grammar now complete, ERROR for a token the grammar refuses
-        (its mask forbids that: a fault), LENGTH once the token limit is reached, else None.
-        Stop strings are the engine's (they need the text)."""
+        (its mask forbids that: a fault; or its grammar library failed), LENGTH once the
+        token limit is reached, else None. Stop strings are the engine's (they need the
+        text)."""
         self.all_token_ids.append(token)
         if self.grammar is not None:
             accepted = self.grammar.advance(token)

@@ -1,17 +1,25 @@
-"""A conversation to render with a model's chat template: messages, and the tools the model
-may call (OpenAI's shapes), checked and bounded before anything is rendered."""
+"""A conversation to render with a model's chat template: messages, the tools the model may
+call (OpenAI's shapes) and extra template variables, checked and bounded before anything is
+rendered."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 CHAT_ROLES = frozenset({"system", "user", "assistant", "tool", "developer"})
 MAX_TOOLS = 128
 MAX_TOOL_CALLS = 64  # per assistant message
-TOOL_FIELDS = ("tool_calls", "tool_call_id", "name")
+MAX_TEMPLATE_KWARGS_BYTES = 16 << 10  # `chat_template_kwargs` as JSON
+# What the server passes to the template itself, and the arguments of transformers'
+# `apply_chat_template` (tests/engine pins them): never a request's.
+RESERVED_TEMPLATE_KWARGS = frozenset({
+    "messages", "conversation", "tools", "documents", "chat_template", "add_generation_prompt",
+    "continue_final_message", "tokenize", "sanitize_control_tokens", "padding", "truncation",
+    "max_length", "return_tensors", "return_dict", "return_assistant_tokens_mask",
+    "tokenizer_kwargs"})
 
 
 @dataclass(frozen=True)
@@ -21,11 +29,17 @@ class ChatPrompt:
     "function": {"name", "arguments"}}`, arguments a dict once parsed from OpenAI's JSON
     text), a tool result's `tool_call_id` and `name`. `tools` are the function tools offered
     (OpenAI's `{"type": "function", "function": {...}}`), passed to the template as they are.
-    The engine renders it with the generation prompt appended."""
+    An assistant message may carry its `reasoning_content` (vLLM's field; a Responses
+    reasoning item), which the template renders or drops as it does past reasoning (Qwen3's
+    keeps the reasoning of the turns after the last user message). `template_kwargs` are
+    extra template variables (vLLM's `chat_template_kwargs`, e.g. Qwen3's
+    `enable_thinking`): JSON values, at most MAX_TEMPLATE_KWARGS_BYTES as JSON, none named
+    in RESERVED_TEMPLATE_KWARGS. The engine renders it with the generation prompt appended."""
 
     messages: tuple[tuple[str, str], ...]
     fields: tuple[Mapping[str, Any] | None, ...] = ()
     tools: tuple[Mapping[str, Any], ...] = ()
+    template_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.messages:
@@ -42,21 +56,24 @@ class ChatPrompt:
                              f"{len(self.messages)} messages")
         if len(self.tools) > MAX_TOOLS:
             raise ValueError(f"tools: at most {MAX_TOOLS}, got {len(self.tools)}")
+        _check_template_kwargs(self.template_kwargs)
 
     @classmethod
-    def of(cls, messages: Sequence[Any], tools: Sequence[Any] | None = None) -> ChatPrompt:
+    def of(cls, messages: Sequence[Any], tools: Sequence[Any] | None = None,
+           template_kwargs: Mapping[str, Any] | None = None) -> ChatPrompt:
         """From OpenAI-style messages (content a string, null, or a list of text parts; an
-        assistant's `tool_calls`, a tool's `tool_call_id` and `name`) and `tools`;
-        ValueError naming the first bad field."""
+        assistant's `tool_calls` and `reasoning_content`, a tool's `tool_call_id` and
+        `name`), `tools` and `template_kwargs`; ValueError naming the first bad field."""
         pairs, fields = [], []
         for i, message in enumerate(messages):
             if not isinstance(message, dict):
                 raise ValueError(f"messages[{i}]: must be an object with role and content")
             role = message.get("role")
             pairs.append((role, _content(message.get("content"), role, i)))
-            fields.append(_tool_fields(message, i))
+            fields.append(_fields(message, i))
         return cls(tuple(pairs), tuple(fields) if any(fields) else (),
-                   tuple(_tool(t, i) for i, t in enumerate(tools or ())))
+                   tuple(_tool(t, i) for i, t in enumerate(tools or ())),
+                   {} if template_kwargs is None else template_kwargs)
 
     def template_messages(self) -> list[dict[str, Any]]:
         """The messages as a chat template reads them."""
@@ -80,7 +97,23 @@ def _content(content: Any, role: Any, i: int) -> Any:
     return content
 
 
-def _tool_fields(message: dict, i: int) -> dict[str, Any] | None:
+def _check_template_kwargs(kwargs: Any) -> None:
+    if not isinstance(kwargs, Mapping):
+        raise ValueError("chat_template_kwargs: must be an object")
+    for key in kwargs:
+        if key in RESERVED_TEMPLATE_KWARGS:
+            raise ValueError(f"chat_template_kwargs.{key}: set by the server, not by a request")
+    try:
+        size = len(json.dumps(dict(kwargs)).encode("utf-8", "surrogatepass"))
+    except (TypeError, ValueError):
+        raise ValueError("chat_template_kwargs: must hold JSON values") from None
+    if size > MAX_TEMPLATE_KWARGS_BYTES:
+        raise ValueError(f"chat_template_kwargs: {size} bytes as JSON exceed the limit of "
+                         f"{MAX_TEMPLATE_KWARGS_BYTES}")
+
+
+def _fields(message: dict, i: int) -> dict[str, Any] | None:
+    """The fields a template renders beside a message's role and content."""
     extra: dict[str, Any] = {}
     for key in ("tool_call_id", "name"):
         value = message.get(key)
@@ -89,6 +122,12 @@ def _tool_fields(message: dict, i: int) -> dict[str, Any] | None:
                 raise ValueError(f"messages[{i}].{key}: must be a string of at most 256 "
                                  f"characters")
             extra[key] = value
+    reasoning = message.get("reasoning_content")
+    if reasoning is not None:
+        if message.get("role") != "assistant" or not isinstance(reasoning, str):
+            raise ValueError(f"messages[{i}].reasoning_content: only an assistant message "
+                             f"has it, as a string")
+        extra["reasoning_content"] = reasoning
     calls = message.get("tool_calls")
     if calls:
         if message.get("role") != "assistant":

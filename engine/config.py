@@ -12,7 +12,7 @@ import torch
 from engine.parallel.layout import check_tensor_parallel_size
 from engine.parallel.nodes import check_nodes
 from scheduler.config import SchedulerConfig
-from scheduler.policies import PolicySpec, policy_name
+from scheduler.policies import DEFAULT_POLICY, PolicySpec, policy_name
 
 DTYPES = ("float32", "float16", "bfloat16", "float64")
 DEVICE_TYPES = ("cpu", "cuda")
@@ -47,6 +47,13 @@ class EngineConfig:
     `num_kv_blocks` blocks of its own KV heads (or as many as `kv_cache_memory_gb` holds).
     `chat_template`: a Jinja file that chat prompts are rendered with instead of the model's
     own template (vLLM's `--chat-template`; see engine/chat_templates/).
+
+    The defaults are the serving ones, and the only ones: `LLM(...)`, `agentix serve`, the
+    demo, the Kubernetes manifests and `agentix bench sim` without `--policy` all run the
+    `gittins` policy with prefix caching, program-aware KV memory (`kv_memory="program"`),
+    `auto` preemption and a first-token deadline of 2,048 tokens of prefill
+    (`ttft_slo_tokens`); a caller that wants another value (a benchmark baseline, a test of
+    exact orders) says so where it builds its config.
     """
 
     model: str = ""
@@ -57,8 +64,8 @@ class EngineConfig:
     kv_cache_memory_gb: float = 1.0
     num_host_blocks: int = 0
     max_model_len: int | None = None
-    enable_prefix_caching: bool = False
-    policy: PolicySpec = "fcfs"
+    enable_prefix_caching: bool = True
+    policy: PolicySpec = DEFAULT_POLICY
     seed: int = 0
     tensor_parallel_size: int = 1
     nnodes: int = 1
@@ -105,6 +112,14 @@ class EngineConfig:
         ours = {f.name for f in fields(cls)}
         scheduler = SchedulerConfig(**{k: v for k, v in overrides.items() if k not in ours})
         return cls(scheduler=scheduler, **{k: v for k, v in overrides.items() if k in ours})
+
+    def as_flat(self) -> dict[str, Any]:
+        """Every field `from_flat` takes, with its value here (`from_flat(**c.as_flat())` is
+        `c` but for the engine-filled `bytes_per_block`)."""
+        scheduler = {f.name: getattr(self.scheduler, f.name) for f in fields(self.scheduler)
+                     if f.name != "bytes_per_block"}
+        return {**scheduler, **{f.name: getattr(self, f.name) for f in fields(self)
+                                if f.name != "scheduler"}}
 
     @classmethod
     def flat_field_types(cls) -> dict[str, Any]:

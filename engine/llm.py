@@ -44,13 +44,16 @@ class LLM:
         try:
             for t, sp in zip(token_ids, params):
                 ids.append(self.engine.add_call(None, t, sp))
-        except Exception:  # a later call refused: the earlier ones are taken back
-            for call_id in ids:
-                self.engine.abort_call(call_id)
-            self.engine.step()  # delivers the aborts
-            for call_id in ids:
-                self.engine.pop_completion(call_id)
+            while self.engine.has_unfinished_calls():
+                self.engine.step()
+        except Exception:  # re-raised: a call refused, or a step failed
+            self._take_back(ids)
             raise
-        while self.engine.has_unfinished_calls():
-            self.engine.step()
         return [self.engine.pop_completion(i) for i in ids]
+
+    def _take_back(self, call_ids: list[str]) -> None:
+        """Abort the calls `generate` added that are still running (freeing their blocks)
+        and drop all of their results: the engine keeps none of them."""
+        for call_id in call_ids:
+            self.engine.abort_call(call_id)
+            self.engine.pop_completion(call_id)

@@ -16,6 +16,7 @@ from engine.errors import DuplicateCallError, StepFailedError
 from engine.executor import Executor, StepResult
 from engine.kv_spec import kv_cache_spec
 from engine.loader import ModelInfo, read_model_dir, read_model_info
+from engine.logprobs import TokenLogprob
 from engine.model_runner import ModelRunner
 from engine.parallel.executor import TensorParallelExecutor
 from engine.outputs import CompletionOutput, StepOutput
@@ -26,26 +27,14 @@ from engine.structured.spec import StructuredOutput
 from engine.structured.state import GrammarState
 from kvcache.cache_events import CacheDigest
 from kvcache.manager import KVCacheManager
+from scheduler.call_state import SampledToken
+from scheduler.deadlines import MAX_EXPECTED_TOOL_SECONDS, check_ttft_slo
 from scheduler.ids import short
 from scheduler.plan import SchedulePlan
 from scheduler.policies import make_policy
 from scheduler.preemption import PreemptionKind
 from scheduler.process_table import CallRecord, ProgramRecord
 from scheduler.scheduler import Scheduler
-
-MAX_EXPECTED_TOOL_SECONDS = 86_400.0  # it bounds ttft_slo_seconds too
-
-
-def check_ttft_slo(seconds: float | None) -> float | None:
-    """A call's first-token deadline (seconds after it arrives): None (the engine's default)
-    or a number in (0, MAX_EXPECTED_TOOL_SECONDS], else ValueError naming ttft_slo_seconds
-    (NaN included). Returns `seconds`; the doors call it off the engine thread too."""
-    if seconds is not None and not (isinstance(seconds, (int, float))
-                                    and 0 < seconds <= MAX_EXPECTED_TOOL_SECONDS):
-        raise ValueError(f"ttft_slo_seconds must be in (0, {MAX_EXPECTED_TOOL_SECONDS:g}], "
-                         f"got {seconds!r}")
-    return seconds
-
 
 class LLMEngine:
     """Accepts calls, runs steps, returns per-step outputs.
@@ -253,9 +242,10 @@ class LLMEngine:
             raise StepFailedError(self._fail_step(plan), exc) from exc
 
     def _fail_step(self, plan: SchedulePlan) -> list[str]:
-        """The calls `plan` names end with reason ERROR, their blocks freed, and nothing the
-        step's copies were to write is ever served (Scheduler.abort_step). Their final
-        outputs come with the next step; returns their ids."""
+        """The calls `plan` names that are still live end with reason ERROR, their blocks
+        freed, and nothing the step's copies were to write is ever served
+        (Scheduler.abort_step). Their final outputs come with the next step; returns their
+        ids."""
         failed = self.scheduler.abort_step(plan, self.clock())
         for call, record in failed:
             self._set_result(call, FinishReason.ERROR, record)
@@ -265,39 +255,66 @@ class LLMEngine:
     def apply(self, plan: SchedulePlan, result: StepResult) -> list[StepOutput]:
         """Keep the prompt logprobs the step scored on their calls, hand the step to the
         scheduler (service, tokens, blocks, stop tokens and lengths), then cut stop strings
-        and fix the results of finished calls. Also returns the final
-        outputs of calls aborted, or failed with a step, since the last step."""
+        and fix the results of finished calls. Also returns the final outputs of calls
+        aborted, finished by a failed step, or failed with one, since the last step. If
+        this raises, the calls the step finished before keep their finish
+        (`_keep_finished`); the step's other calls are then `_fail_step`'s."""
         now = self.clock()
         logprobs = {c.call.call_id: lp for c, lp in zip(plan.chunks, result.logprobs)
                     if lp is not None} if result.logprobs else {}
         if result.prompt_logprobs:
             for chunk, scored in zip(plan.chunks, result.prompt_logprobs):
                 chunk.call.prompt_logprobs.extend(scored)
-        sampled = self.scheduler.update(plan, result.tokens, now, result.swap_seconds)
+        sampled: list[SampledToken] = []
+        outputs: list[StepOutput] = []
+        try:
+            self.scheduler.update(plan, result.tokens, now, result.swap_seconds, sampled)
+            for item in sampled:
+                call, reason = item.call, item.finish_reason
+                # A stop string counts even on the last token (the scheduler said LENGTH).
+                if (reason != FinishReason.STOP and call.params.stop
+                        and self._cut_stop_string(call)):
+                    reason = FinishReason.STOP
+                outputs.append(self._record(item, reason, logprobs.get(call.call_id), now))
+        except Exception:
+            self._keep_finished(outputs, sampled[len(outputs):], logprobs, now)
+            raise
         if plan.swap_out or plan.swap_in:
             block_bytes = self.kv_spec.bytes_per_block
             self.counters.swap_out_bytes += len(plan.swap_out) * block_bytes
             self.counters.swap_in_bytes += len(plan.swap_in) * block_bytes
         self.counters.generation_tokens += len(sampled)
-        outputs = []
-        for item in sampled:
-            call, reason = item.call, item.finish_reason
-            if call.first_token_time is None:
-                call.first_token_time = now
-            # A stop string counts even on the last allowed token (the scheduler said LENGTH).
-            if reason != FinishReason.STOP and call.params.stop and self._cut_stop_string(call):
-                reason = FinishReason.STOP
-            if item.record is not None:  # the scheduler finished it already
-                self._set_result(call, reason, item.record)
-            elif reason is not None:
-                self._finish(call, reason)
-            logprob = logprobs.get(call.call_id)
-            if logprob is not None:
-                call.logprobs.append(logprob)
-            outputs.append(StepOutput(call.call_id, [item.token], reason is not None, reason,
-                                      None if logprob is None else [logprob]))
         outputs, self._ended = self._ended + outputs, []
         return outputs
+
+    def _record(self, item: SampledToken, reason: str | None, logprob: TokenLogprob | None,
+                now: float) -> StepOutput:
+        """Book `item`'s token on its call (first token time, logprob) and, when `reason`
+        ends the call, its result (finishing it, blocks released, unless the scheduler has);
+        returns the token's output."""
+        call = item.call
+        if call.first_token_time is None:
+            call.first_token_time = now
+        if item.record is not None:  # the scheduler finished it already
+            self._set_result(call, reason, item.record)
+        elif reason is not None:
+            self._finish(call, reason)
+        if logprob is not None:
+            call.logprobs.append(logprob)
+        return StepOutput(call.call_id, [item.token], reason is not None, reason,
+                          None if logprob is None else [logprob])
+
+    def _keep_finished(self, recorded: list[StepOutput], unrecorded: list[SampledToken],
+                       logprobs: dict[str, TokenLogprob], now: float) -> None:
+        """`apply` is raising: the calls the step finished keep that finish, their final
+        outputs coming with the next step: the `recorded` ones as they are, and those the
+        scheduler ended with an `unrecorded` token recorded now with its reason (their stop
+        strings are not scanned), but for one whose recording itself raised."""
+        self._ended.extend(out for out in recorded if out.finished)
+        for item in unrecorded:
+            if item.record is not None and item.call.finish_reason is None:
+                self._ended.append(self._record(item, item.finish_reason,
+                                                logprobs.get(item.call.call_id), now))
 
     def _cut_stop_string(self, call: Call) -> bool:
         """Push the call's new tokens through its incremental stop-string scan (made at the

@@ -39,12 +39,14 @@ class Tokenizer:
 
     def render_chat(self, chat: ChatPrompt) -> list[int]:
         """Token ids of a conversation through the model's chat template, with the
-        generation prompt appended (ValueError when the model has no template)."""
+        generation prompt appended and the chat's extra template variables (ValueError when
+        the model has no template)."""
         if not self.has_chat_template:
             raise ValueError("messages: this model has no chat template; send text or token ids")
         ids = self._tok.apply_chat_template(
             chat.template_messages(), tools=[dict(t) for t in chat.tools] or None,
-            chat_template=self._chat_template, add_generation_prompt=True, tokenize=True)
+            chat_template=self._chat_template, add_generation_prompt=True, tokenize=True,
+            **chat.template_kwargs)
         return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
 

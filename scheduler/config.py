@@ -9,9 +9,6 @@ SERVICE_MODES = ("time", "tokens")
 KV_MEMORY_MODES = ("lru", "program")
 RETENTION_RULES = ("ttl", "learnt")
 MAX_TTFT_SLO_TOKENS = 10_000_000  # a first-token deadline in tokens of prefill, at most
-# The servers' first-token deadline (`agentix serve`, the demo): off in the library, so the
-# benchmark's named baselines and the scheduler's tests run without one.
-SERVE_TTFT_SLO_TOKENS = 2048
 
 
 @dataclass(frozen=True)
@@ -30,7 +27,7 @@ class SchedulerConfig:
     Preemption: `recompute` drops a victim's KV, `swap` moves it to host in one bulk copy,
     `keep` frees it into the prefix cache at its program's rank (it is revived by a prefix hit,
     offloaded to host if evicted, recomputed only if lost; needs prefix caching), and `auto`
-    picks the cheapest estimate per preemption (see `scheduler.preemption`), from
+    (the default) picks the cheapest estimate per preemption (see `scheduler.preemption`), from
     `host_link_bandwidth` and `prefill_tokens_per_second` as priors that the engine replaces by
     measured rates once it has seen swaps and prefill steps (`measure_rates`, time mode only).
 
@@ -58,7 +55,7 @@ class SchedulerConfig:
     `ttft_slo_tokens` (None = off) sets the first-token deadline in the engine's own terms:
     the time it takes to prefill that many tokens at its prefill speed when the call arrives
     (`prefill_tokens_per_second`, measured), so one setting means the same on any hardware
-    (2,048: 0.18 s for Llama-3.1-8B on an A100; `agentix serve`'s default). Like an
+    (2,048, the default: 0.18 s for Llama-3.1-8B on an A100). Like an
     anti-starvation promotion, a promoted preempted call waits for room; a call promoted for
     its first token may preempt lower levels to get in.
 
@@ -79,7 +76,7 @@ class SchedulerConfig:
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 2048
     enable_chunked_prefill: bool = True
-    preemption_mode: str = "recompute"
+    preemption_mode: str = "auto"
     multistep: int = 1
     num_queues: int = 8
     quantum_base: float | None = None
@@ -109,7 +106,7 @@ class SchedulerConfig:
     prefetch: bool = False
     program_service_halflife: float | None = None
     ttft_slo_seconds: float | None = None
-    ttft_slo_tokens: int | None = None
+    ttft_slo_tokens: int | None = 2048
     itl_slo_seconds: float | None = None
     max_programs: int = 10_000
     max_programs_per_tenant: int = 1_000

@@ -1,5 +1,6 @@
 """Deadlines keyed by id (a call's first token, inter-token gap or starvation; a program's
-retention): one live deadline per id, popped when due.
+retention): one live deadline per id, popped when due; and the check of a call's own
+first-token deadline (the engine, its doors and the router ask it, torch-free).
 
 A newer `watch` of a call replaces its deadline and `forget` drops it; their old heap
 entries are skipped when they come up, and once such stale entries make up more than half
@@ -11,6 +12,19 @@ from __future__ import annotations
 
 import heapq
 import itertools
+
+MAX_EXPECTED_TOOL_SECONDS = 86_400.0  # it bounds a call's first-token deadline too
+
+
+def check_ttft_slo(seconds: float | None) -> float | None:
+    """A call's first-token deadline (seconds after it arrives): None (the engine's default)
+    or a number in (0, MAX_EXPECTED_TOOL_SECONDS], else ValueError naming ttft_slo_seconds
+    (NaN included). Returns `seconds`; the doors call it off the engine thread too."""
+    if seconds is not None and not (isinstance(seconds, (int, float))
+                                    and 0 < seconds <= MAX_EXPECTED_TOOL_SECONDS):
+        raise ValueError(f"ttft_slo_seconds must be in (0, {MAX_EXPECTED_TOOL_SECONDS:g}], "
+                         f"got {seconds!r}")
+    return seconds
 
 
 class DeadlineWatch:

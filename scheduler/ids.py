@@ -1,5 +1,6 @@
-"""Limits on client-chosen identifiers (program, call and thread ids, tenant names), and the
-short form in which error messages echo one."""
+"""Limits on client-chosen identifiers (program, call and thread ids, tenant names), the
+short form in which error messages echo one, and the error of a call id in use (torch-free:
+the router raises it too)."""
 
 from __future__ import annotations
 
@@ -22,3 +23,10 @@ def check_id(field: str, value: object) -> None:
     if len(value) > MAX_ID_BYTES or not all("!" <= c <= "~" for c in value):
         raise ValueError(f"{field}: must be at most {MAX_ID_BYTES} printable ASCII characters "
                          f"without spaces, got {short(value)} ({len(value)} characters)")
+
+
+class DuplicateCallError(ValueError):
+    """A call id (`args[0]`) that is already in use (live, or finished and not yet popped)."""
+
+    def __str__(self) -> str:
+        return f"call_id {short(self.args[0])} is already in use"

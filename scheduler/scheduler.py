@@ -264,13 +264,16 @@ class Scheduler:
 
     # ----- after a step -----------------------------------------------------------------
     def update(self, plan: SchedulePlan, tokens: Sequence[int | None], now: float,
-               swap_seconds: float = 0.0) -> list[SampledToken]:
+               swap_seconds: float = 0.0, sampled: list[SampledToken] | None = None
+               ) -> list[SampledToken]:
         """Apply one executed step: charge service (demoting calls whose quantum is used up),
         advance computed tokens, append each sampled token, offer newly full blocks to the
         prefix cache, finish calls that hit a stop token or a length limit, charge swap time
         to programs, and release the step's in-flight host blocks. `tokens[i]` belongs to
         `plan.chunks[i]`. Returns the sampled tokens of calls that were still live, in chunk
-        order; the caller may still finish those (stop strings)."""
+        order; the caller may still finish those (stop strings). They are appended to
+        `sampled` (a new list if None) as they are applied, so a caller that passes its own
+        knows, should this raise midway, which calls it finished already."""
         self._charge(plan, now - plan.created_at, swap_seconds)
         self._charge_swap_time(plan, swap_seconds)
         kv, deadlines, finished = self.kv, self.deadlines, CallStatus.FINISHED
@@ -278,7 +281,8 @@ class Scheduler:
         # Only `add` (a new call) and `_preempt` watch a deadline, so none of the plan's
         # calls gains one during this loop: without any now, there is none to forget.
         watching = len(deadlines) > 0
-        sampled: list[SampledToken] = []
+        if sampled is None:
+            sampled = []
         for chunk, token in zip(plan.chunks, tokens):
             call = chunk.call
             if call.status is finished:
@@ -302,8 +306,9 @@ class Scheduler:
         in part or not at all (a partial `update` included). Ends the multistep round, has
         the KV cache drop what the step's copies were to write (`abort_step`: no offload of
         it is stored, no block it fetched stays findable), and finishes every call the plan
-        names (its chunks, preempted and swapped calls), releasing all their blocks. Returns
-        those calls with their final records; calls the plan does not name are untouched."""
+        names (its chunks, preempted and swapped calls) that is not finished already,
+        releasing all their blocks. Returns those calls with their final records; calls the
+        plan does not name are untouched."""
         self._round_calls, self._round_steps_left = [], 0
         self.kv.abort_step()
         named = {chunk.call.call_id: chunk.call for chunk in plan.chunks}

@@ -7,8 +7,9 @@ for, the OpenAI-compatible HTTP server and a metrics-only HTTP server (uvicorn).
     running.stop()          # NOT_SERVING, drain (grace), abort the rest, stop
 
 Health reports SERVING for "" and "agentix.v1.Agentix" from when the model is loaded until
-shutdown starts. Health, reflection and /metrics need no token; the Agentix service and the
-OpenAI endpoints do when auth is on.
+shutdown starts, except while the engine is stalled and, for good, once it broke (a
+tensor-parallel worker died). Health, reflection and /metrics need no token; the Agentix
+service and the OpenAI endpoints do when auth is on.
 """
 
 from __future__ import annotations
@@ -26,33 +27,26 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from engine import EngineConfig, LLMEngine
+from scheduler.addresses import format_address
 from scheduler.program_inference import ProgramInference
 from server.auth import RouterTrust, TokenAuth
 from server.door_backend import EngineBackend
 from server.engine_loop import EngineLoop
-from server.handlers import add_service
+from server.handlers import HEALTH_SERVICE_NAME, SERVICE_NAME, add_service
+from server.http_server import HANDLER_GRACE, INFER_NEEDS_HTTP, HttpServer, bind_socket
 from server.metrics import ServerMetrics
-from server.limits import DEFAULT_MAX_PROMPT_BYTES
+from server.limits import DEFAULT_MAX_PROMPT_BYTES, MESSAGE_OVERHEAD_BYTES
 from server.prompts import PromptTokenizer
+from server.reasoning_parsers import reasoning_parser_class
+from server.reasoning_parsers.vocabulary import check_vocabulary
+from server.response_store import ResponseLimits, ResponseStore
 from server.reflection import enable_reflection
 from server.signals import StopSignals
-from server.service import SERVICE_NAME, AgentixServicer
+from server.service import AgentixServicer
 from server.tool_parsers import make_tool_parser
 
-HEALTH_SERVICE_NAME = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
-HANDLER_GRACE = 1.0  # after the engine drained: time for handlers to send their last message
-# Open HTTP connections and requests in flight one HTTP port serves at once; past it uvicorn
-# answers 503 at once (idle or slow clients cannot grow the server without bound).
-MAX_HTTP_CONNECTIONS = 2048
 HEALTH_POLL_SECONDS = 0.5
-MESSAGE_OVERHEAD_BYTES = 1 << 20
-INFER_NEEDS_HTTP = ("infer_programs: infers the programs of the HTTP door's chat requests, so "
-                    "it needs http_port")
 log = logging.getLogger(__name__)
-
-
-def format_address(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
 
 @dataclass(frozen=True)
@@ -69,7 +63,12 @@ class ServeOptions:
     token of the trusted router (server/router/): only a request whose metadata carries it
     (`x-agentix-router-token`) may set a program's priority value. `tool_call_parser`
     (None: off) turns on "auto" tool choice over HTTP and gRPC: chat outputs are parsed into
-    tool calls in that format (`server.tool_parsers`). `infer_programs` (needs `http_port`)
+    tool calls in that format (`server.tool_parsers`). `reasoning_parser` (None: off) names
+    the format of the model's reasoning (`server.reasoning_parsers`): chat outputs' reasoning
+    is split off over HTTP (`reasoning_content`, Responses' reasoning items) and gRPC
+    (`Final.reasoning`); `start_server` refuses it (ValueError naming it) when the model's
+    tokenizer lacks the format's markers. `responses` bounds the stored Responses
+    of the HTTP door (server/response_store.py). `infer_programs` (needs `http_port`)
     has the HTTP door infer the program of a chat request that names none from its
     messages (server/openai_http.py), for the engine's `program_ttl`."""
 
@@ -86,6 +85,8 @@ class ServeOptions:
     health_stall_seconds: float = 30.0
     router_token: str | None = field(default=None, repr=False)
     tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
+    responses: ResponseLimits = ResponseLimits()
     infer_programs: bool = False
 
     def __post_init__(self) -> None:
@@ -110,49 +111,8 @@ class ServeOptions:
             RouterTrust(self.router_token)  # ValueError for an unusable token
         if self.tool_call_parser is not None:
             make_tool_parser(self.tool_call_parser)  # ValueError naming the supported ones
-
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on host:port (OSError naming the address when it is taken)."""
-    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host.strip("[]"), port))
-        sock.listen(128)
-    except OSError as exc:
-        sock.close()
-        raise OSError(exc.errno, f"cannot listen on {format_address(host, port)}: "
-                                 f"{exc.strerror}") from None
-    return sock
-
-
-class HttpServer:
-    """One uvicorn server on the event loop, on an already bound socket."""
-
-    def __init__(self, app, sock: socket.socket) -> None:
-        import uvicorn
-
-        self.sock = sock
-        self.port = sock.getsockname()[1]
-        config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False,
-                                timeout_graceful_shutdown=HANDLER_GRACE,
-                                limit_concurrency=MAX_HTTP_CONNECTIONS)
-        self._server = uvicorn.Server(config)
-        self._task: asyncio.Task | None = None
-
-    async def start(self) -> None:
-        self._task = asyncio.ensure_future(self._server.serve(sockets=[self.sock]))
-        while not self._server.started:
-            if self._task.done():
-                self._task.result()  # raises why it could not start
-            await asyncio.sleep(0.01)
-
-    async def stop(self) -> None:
-        self._server.should_exit = True
-        if self._task is not None:
-            await self._task
-        self.sock.close()
+        if self.reasoning_parser is not None:
+            reasoning_parser_class(self.reasoning_parser)  # ValueError naming the supported
 
 
 @dataclass
@@ -228,14 +188,15 @@ def _close(engine_loop: EngineLoop, loop: asyncio.AbstractEventLoop,
 
 async def _start_grpc(engine_loop: EngineLoop, prompts: PromptTokenizer,
                       auth: TokenAuth | None, host: str, port: int,
-                      router: RouterTrust | None = None, tool_call_parser: str | None = None
+                      router: RouterTrust | None = None, tool_call_parser: str | None = None,
+                      reasoning_parser: str | None = None
                       ) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
     # A message may carry a prompt at the limit plus room for the other fields.
     max_message = 2 * prompts.max_prompt_bytes + MESSAGE_OVERHEAD_BYTES
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0),
                                       ("grpc.max_receive_message_length", max_message)])
-    add_service(AgentixServicer(engine_loop, prompts, auth, router, tool_call_parser),
-                server)
+    add_service(AgentixServicer(engine_loop, prompts, auth, router, tool_call_parser,
+                                reasoning_parser), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     enable_reflection((SERVICE_NAME, HEALTH_SERVICE_NAME), server)
@@ -250,17 +211,18 @@ async def _start_grpc(engine_loop: EngineLoop, prompts: PromptTokenizer,
 
 async def _watch_health(engine_loop: EngineLoop, health_servicer: health.aio.HealthServicer
                         ) -> None:
-    """Health follows the engine's heartbeat: NOT_SERVING while it is stalled, SERVING
-    again once it makes progress (until draining, which sets NOT_SERVING for good)."""
+    """Health follows the engine (`EngineLoop.unavailable`): NOT_SERVING while it is
+    stalled, SERVING again once it makes progress; NOT_SERVING for good once it broke or
+    draining began."""
     serving = True
     while not engine_loop.draining:
-        if engine_loop.stalled() == serving:
-            serving = not serving
+        why = engine_loop.unavailable()
+        if (why is None) != serving:
+            serving = why is None
             status = (health_pb2.HealthCheckResponse.SERVING if serving
                       else health_pb2.HealthCheckResponse.NOT_SERVING)
             if not serving:
-                log.error("engine stalled: no progress for %g s with work in flight",
-                          engine_loop.stall_seconds)
+                log.error("engine not serving: %s", why)
             for service in ("", SERVICE_NAME):
                 await health_servicer.set(service, status)
         await asyncio.sleep(HEALTH_POLL_SECONDS)
@@ -277,10 +239,13 @@ async def _start_all(engine_loop: EngineLoop, prompts: PromptTokenizer,
         if "http" in sockets:
             from server.openai_app import build_app
 
-            max_model_len = await engine_loop.run(lambda engine: engine.max_model_len)
+            max_model_len, program_ttl = await engine_loop.run(
+                lambda engine: (engine.max_model_len, engine.config.scheduler.program_ttl))
             services.http["http"] = HttpServer(
                 build_app(backend, prompts, auth, model_name, max_model_len,
-                          options.tool_call_parser, metrics, inference),
+                          ResponseStore(options.responses, program_ttl),
+                          options.tool_call_parser, metrics, options.reasoning_parser,
+                          inference),
                 sockets["http"])
         if "metrics" in sockets:
             from server.openai_app import build_metrics_app
@@ -294,7 +259,7 @@ async def _start_all(engine_loop: EngineLoop, prompts: PromptTokenizer,
                       else None)
             services.grpc_server, services.health, services.grpc_port = await _start_grpc(
                 engine_loop, prompts, auth, options.host, options.port, router,
-                options.tool_call_parser)
+                options.tool_call_parser, options.reasoning_parser)
             services.health_watch = asyncio.ensure_future(
                 _watch_health(engine_loop, services.health))
     except BaseException:
@@ -304,13 +269,27 @@ async def _start_all(engine_loop: EngineLoop, prompts: PromptTokenizer,
     return services
 
 
+def _check_reasoning_parser(name: str | None, engine: LLMEngine) -> None:
+    """Nothing when the engine's tokenizer can be read by reasoning parser `name` (None:
+    none); else the engine is closed and a ValueError names `reasoning_parser`."""
+    if name is None:
+        return
+    try:
+        check_vocabulary(name, engine.tokenizer)
+    except ValueError as exc:
+        engine.close()
+        raise ValueError(f"reasoning_parser: {exc}") from None
+
+
 def start_server(config: EngineConfig, options: ServeOptions | None = None, **kwargs
                  ) -> RunningServer:
     """Load the engine, start serving, and return once health says SERVING.
 
     `options` (or its fields as keywords: `start_server(config, port=0, http_port=0)`) say
     where to listen. The HTTP ports are bound before the model loads, so a taken port fails
-    at once (OSError naming the address).
+    at once (OSError naming the address). A `reasoning_parser` whose markers the model's
+    tokenizer lacks is a ValueError naming it, once the model has loaded (`agentix serve`
+    checks it before).
     """
     options = options or ServeOptions(**kwargs)
     sockets: dict[str, socket.socket] = {}
@@ -320,6 +299,7 @@ def start_server(config: EngineConfig, options: ServeOptions | None = None, **kw
                 sockets[kind] = bind_socket(options.host, port)
         metrics = ServerMetrics(options.metrics_tenant_label)
         engine = LLMEngine(config)
+        _check_reasoning_parser(options.reasoning_parser, engine)
     except BaseException:
         for sock in sockets.values():
             sock.close()

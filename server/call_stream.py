@@ -1,4 +1,5 @@
-"""CallStream: the asyncio end of one streamed call (deltas, then one final item).
+"""CallStream: the asyncio end of one streamed call (deltas, then one final item, or an
+error the reader raises: `fail`).
 
 Bounded: a client that stops reading leaves its items queued; once `max_unread` of them
 wait, the call is aborted (its blocks freed at once), the queued items are dropped, the cut
@@ -58,19 +59,27 @@ class CallStream:
         self._loop = loop
         self._on_cancel = on_cancel
         self._max_unread = max_unread
-        self._items: asyncio.Queue[StreamItem | None] = asyncio.Queue()
+        self._items: asyncio.Queue[StreamItem | Exception] = asyncio.Queue()
         self._cut = False  # the client stopped reading: the call was aborted
         self.call_id: str | None = None  # set on the engine thread once the call is added
         self.done = False
 
     def put(self, item: StreamItem) -> None:
         """Hand an item to the asyncio side (any thread; dropped once that loop is closed)."""
+        self._hand(item)
+
+    def fail(self, error: Exception) -> None:
+        """End the stream with `error` instead of a final item: the reader raises it (any
+        thread; the call is over, so nothing is aborted)."""
+        self._hand(error)
+
+    def _hand(self, item: StreamItem | Exception) -> None:
         try:
             self._loop.call_soon_threadsafe(self._deliver, item)
         except RuntimeError:
             pass
 
-    def _deliver(self, item: StreamItem) -> None:
+    def _deliver(self, item: StreamItem | Exception) -> None:
         """(On the loop.) Queue `item`, or cut the stream when `max_unread` items wait."""
         if self._cut:
             return
@@ -81,7 +90,9 @@ class CallStream:
             while not self._items.empty():
                 self._items.get_nowait()
             self._on_cancel(self)
-            self._items.put_nowait(None)  # wakes a reader, which then raises
+            self._items.put_nowait(UnreadStreamError(  # wakes a reader, which raises it
+                f"call {self.call_id}: the client read none of its last {self._max_unread} "
+                f"stream items, so the call was aborted; read a stream as it comes"))
             return
         self._items.put_nowait(item)
 
@@ -92,11 +103,9 @@ class CallStream:
         if self.done:
             raise StopAsyncIteration
         item = await self._items.get()
-        if item is None:
+        if isinstance(item, Exception):
             self.done = True
-            raise UnreadStreamError(f"call {self.call_id}: the client read none of its last "
-                                    f"{self._max_unread} stream items, so the call was "
-                                    f"aborted; read a stream as it comes")
+            raise item
         self.done = isinstance(item, StreamFinal)
         return item
 

@@ -18,7 +18,7 @@ class CallRequest:
     with `program_class` (HTTP clients cannot call StartProgram; the class of a program that
     exists is left as it was). `prompt` is token ids, already tokenized and checked off the
     engine thread, like `program_class` and `ttft_slo_seconds` (the call's first-token
-    deadline, see engine.llm_engine.check_ttft_slo)."""
+    deadline, see scheduler.deadlines.check_ttft_slo)."""
 
     program_id: str | None
     call_id: str

@@ -12,14 +12,15 @@ import argparse
 import time
 from typing import Callable, NoReturn
 
-from scheduler.config import (KV_MEMORY_MODES, PREEMPTION_MODES, SERVE_TTFT_SLO_TOKENS,
-                              SchedulerConfig)
-from scheduler.policies import POLICIES
+from scheduler.config import KV_MEMORY_MODES, PREEMPTION_MODES, SchedulerConfig
+from scheduler.policies import DEFAULT_POLICY, POLICIES
 from server.cli_checks import (DEFAULT_PLACEMENT, PLACEMENT_NAMES, UsageError, replicas_setup,
                                router_setup, serve_setup)
 from server.config_flags import (parse_cutoff, parse_override, parse_placement_option,
                                  positive_float)
-from server.limits import DEFAULT_DNS_REFRESH_SECONDS, DEFAULT_MAX_PROMPT_BYTES
+from server.limits import (DEFAULT_DNS_REFRESH_SECONDS, DEFAULT_MAX_PROMPT_BYTES,
+                           DEFAULT_RESPONSES_MAX_BYTES, DEFAULT_RESPONSES_PER_TENANT)
+from server.reasoning_parsers import REASONING_PARSERS
 from server.tool_parsers import TOOL_PARSERS
 
 # engine/config.py's DTYPES and engine-only defaults, repeated because `import engine` imports
@@ -201,9 +202,9 @@ def _add_serve_parser(sub) -> None:
     serve.add_argument("--model", metavar="DIR",
                        help="HF model directory (default: SmolLM2-135M-Instruct, "
                             "converted once from the installed GGUF file)")
-    serve.add_argument("--policy", choices=list(POLICIES), default="gittins",
-                       help="scheduling policy (gittins: chosen on the steady-state tables of "
-                            "bench/RESULTS.md, 'Learnt scheduling')")
+    serve.add_argument("--policy", choices=list(POLICIES), default=DEFAULT_POLICY,
+                       help="scheduling policy (EngineConfig's default, chosen on the "
+                            "steady-state tables of bench/RESULTS.md, 'Learnt scheduling')")
     serve.add_argument("--host", default="127.0.0.1", help="the address every port listens on")
     grpc_port = serve.add_mutually_exclusive_group()
     grpc_port.add_argument("--port", type=int, default=50051,
@@ -228,6 +229,7 @@ def _add_serve_parser(sub) -> None:
     serve.add_argument("--max-prompt-bytes", type=int, default=DEFAULT_MAX_PROMPT_BYTES,
                        metavar="N", help="a text prompt larger than this (UTF-8) is refused "
                                          "before it is tokenized")
+    _add_responses_flags(serve)
     serve.add_argument("--health-stall-seconds", type=positive_float, default=30.0,
                        metavar="S", help="health turns NOT_SERVING when the engine has work "
                                          "and makes no progress for this long")
@@ -238,6 +240,7 @@ def _add_serve_parser(sub) -> None:
                        help="seconds calls in flight get to finish on shutdown (a second "
                             "signal exits at once)")
     _add_tool_flags(serve)
+    _add_reasoning_flag(serve)
     _add_infer_flag(serve)
     serve.add_argument("--router-token-file", metavar="FILE",
                        help="a file holding the token of a trusted router: only requests "
@@ -274,7 +277,8 @@ def _add_serve_parser(sub) -> None:
     engine.add_argument("--kv-memory", choices=KV_MEMORY_MODES, default=SCHEDULER.kv_memory,
                         help="what the prefix cache keeps: 'program' (priority-ranked, "
                              "retention across tool calls) or 'lru'")
-    engine.add_argument("--preemption-mode", choices=PREEMPTION_MODES, default="auto",
+    engine.add_argument("--preemption-mode", choices=PREEMPTION_MODES,
+                        default=SCHEDULER.preemption_mode,
                         help="what a preempted call's KV becomes (auto: the cheapest each time)")
     engine.add_argument("--num-kv-blocks", type=int, metavar="N",
                         help="device KV blocks (default: sized from --kv-cache-memory-gb)")
@@ -287,7 +291,7 @@ def _add_serve_parser(sub) -> None:
     engine.add_argument("--multistep", type=int, default=SCHEDULER.multistep, metavar="N",
                         help="decode steps per scheduling round")
     engine.add_argument("--ttft-slo-tokens", type=_non_negative_int,
-                        default=SERVE_TTFT_SLO_TOKENS, metavar="N",
+                        default=SCHEDULER.ttft_slo_tokens or 0, metavar="N",
                         help="first-token deadline as the time this engine takes to prefill N "
                              "tokens: a call still without a token by then (less its own "
                              "prefill) is promoted (0: off; --set ttft_slo_seconds=S sets it "
@@ -351,6 +355,30 @@ def _add_infer_flag(parser) -> None:
                              "unmodified chat clients')")
 
 
+def _add_reasoning_flag(parser) -> None:
+    """vLLM's --reasoning-parser: chat outputs' reasoning split off over HTTP (and gRPC)."""
+    parser.add_argument("--reasoning-parser", choices=sorted(REASONING_PARSERS), metavar="NAME",
+                        help="the format reasoning is parsed from (vLLM's names: "
+                             f"{', '.join(sorted(REASONING_PARSERS))}); the model's tokenizer "
+                             "must have its markers as tokens (default: none)")
+
+
+def _add_responses_flags(parser) -> None:
+    """The bounds of the HTTP door's stored Responses (server/response_store.py)."""
+    parser.add_argument("--responses-per-tenant", type=_positive_int,
+                        default=DEFAULT_RESPONSES_PER_TENANT, metavar="N",
+                        help="HTTP: stored Responses per tenant; storing one more evicts the "
+                             "tenant's least recently used")
+    parser.add_argument("--responses-max-bytes", type=_positive_int,
+                        default=DEFAULT_RESPONSES_MAX_BYTES, metavar="N",
+                        help="HTTP: stored Responses in all, as JSON bytes; past it the least "
+                             "recently used are evicted")
+    parser.add_argument("--responses-ttl", type=positive_float, metavar="S",
+                        help="HTTP: seconds a stored response lives after its last use "
+                             "(default: --program-ttl, so a chain and its program expire "
+                             "together)")
+
+
 def _add_router_parser(sub) -> None:
     router = sub.add_parser("router", formatter_class=_HelpFormatter,
                             help="route agentix.v1.Agentix over running replicas (same API)")
@@ -359,7 +387,8 @@ def _add_router_parser(sub) -> None:
     router.add_argument("--replicas-dns", action="append", default=[], metavar="NAME:PORT",
                         help="route to every address NAME resolves to (e.g. a Kubernetes "
                              "headless Service), re-resolved every --dns-refresh seconds: "
-                             "new replicas join, vanished ones drain (repeatable)")
+                             "new replicas join, vanished ones drain; --replica ones "
+                             "stay (repeatable)")
     router.add_argument("--dns-refresh", type=positive_float,
                         default=DEFAULT_DNS_REFRESH_SECONDS,
                         metavar="S", help="seconds between two resolutions of --replicas-dns")
@@ -383,6 +412,7 @@ def _add_router_parser(sub) -> None:
                         help="the replicas' --chat-template, for the HTTP door's chats "
                              "(default: the model's own)")
     _add_tool_flags(router)
+    _add_reasoning_flag(router)
     _add_infer_flag(router)
     router.add_argument("--auth-token-file", metavar="FILE",
                         help="'TOKEN TENANT' lines, the replicas' own file: the router "
@@ -392,6 +422,7 @@ def _add_router_parser(sub) -> None:
                              "with every call so they accept its priority value")
     router.add_argument("--max-prompt-bytes", type=int, default=DEFAULT_MAX_PROMPT_BYTES,
                         metavar="N", help="a text prompt larger than this is refused")
+    _add_responses_flags(router)
     router.add_argument("--program-ttl", type=float, default=SCHEDULER.program_ttl,
                         metavar="S", help="seconds an idle program lives before it expires")
     router.add_argument("--grace", type=float, default=5.0, metavar="S",
@@ -423,7 +454,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, help="sampling seed (default: none)")
     gen.add_argument("--dtype", choices=DTYPES, default="float32", help="weights and KV")
     gen.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    gen.add_argument("--policy", choices=list(POLICIES), default="fcfs",
+    gen.add_argument("--policy", choices=list(POLICIES), default=DEFAULT_POLICY,
                      help="scheduling policy")
     gen.set_defaults(run=_generate)
     _add_serve_parser(sub)
@@ -440,7 +471,8 @@ def build_parser() -> argparse.ArgumentParser:
     top.add_argument("--once", action="store_true", help="print one frame and exit")
     top.set_defaults(run=_top)
     demo = sub.add_parser("demo", formatter_class=_HelpFormatter,
-                          help="serve SmolLM2 (ATLAS) and run three agent programs")
+                          help="serve SmolLM2 (the engine's defaults) and run three agent "
+                               "programs")
     demo.add_argument("--model", help="HF model directory (default: SmolLM2-135M-Instruct)")
     demo.add_argument("--dtype", choices=DTYPES, default="float32", help="weights and KV")
     demo.set_defaults(run=_demo)

@@ -1,8 +1,9 @@
 """What `agentix serve` checks before it loads the model. Every bad argument is a `UsageError`
 of one line naming it (the CLI prints it and exits with status 2). The torch-free checks come
 first; then, after `import engine` (which imports torch): the engine config (building one
-loads no weights; it checks the device's form), that the device is present, the ports, and
-the model directory's config.json."""
+loads no weights; it checks the device's form), that the device is present, the ports, the
+model directory's config.json, and with --reasoning-parser that its tokenizer has the
+parser's markers."""
 
 from __future__ import annotations
 
@@ -12,9 +13,12 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from scheduler.addresses import parse_address
+
 if TYPE_CHECKING:
     from engine import EngineConfig
     from server.app import ServeOptions
+    from server.response_store import ResponseLimits
     from server.router.app import RouterOptions
     from server.router.spawn import LocalReplicas
 
@@ -53,17 +57,30 @@ def serve_setup(args: argparse.Namespace) -> tuple[EngineConfig, ServeOptions]:
             metrics_tenant_label=args.metrics_tenant_label,
             max_prompt_bytes=args.max_prompt_bytes,
             health_stall_seconds=args.health_stall_seconds, router_token=router_token,
-            tool_call_parser=args.tool_call_parser, infer_programs=args.infer_programs)
+            tool_call_parser=args.tool_call_parser, reasoning_parser=args.reasoning_parser,
+            responses=_response_limits(args), infer_programs=args.infer_programs)
     except ValueError as exc:
         raise UsageError(f"serve options: {exc}") from None
     config = engine_config(args, args.model or "")
     _check_device(config.device, config.tensor_parallel_size)
-    _check_ports(options)
+    _check_ports(options.host, options.port, options.http_port, options.metrics_port)
     model = args.model or _default_model()
     _read_model_config(model, config.tensor_parallel_size)
+    if args.reasoning_parser is not None:
+        _check_reasoning_parser(args.reasoning_parser, model)
     return dataclasses.replace(config, model=model), options
 
 
+def _check_reasoning_parser(name: str, model: str) -> None:
+    """The model's tokenizer has reasoning parser `name`'s markers (reads the tokenizer only,
+    no weights)."""
+    from engine.tokenizer import load_tokenizer
+    from server.reasoning_parsers.vocabulary import check_vocabulary
+
+    try:
+        check_vocabulary(name, load_tokenizer(Path(model)))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--reasoning-parser: {exc}") from None
 
 
 def _router_token(path: str | None) -> str | None:
@@ -86,9 +103,10 @@ def _check_placement(name: str, cutoff: int | str,
 
 
 def _check_address(address: str) -> None:
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
-        raise UsageError(f"--replica: expected HOST:PORT, got {address!r}")
+    try:
+        parse_address(address, "--replica")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def router_setup(args: argparse.Namespace) -> RouterOptions:
@@ -105,8 +123,12 @@ def router_setup(args: argparse.Namespace) -> RouterOptions:
     _check_placement(args.placement, args.cutoff, args.placement_option)
     _check_tool_flags(args)
     _check_infer_flag(args)
+    if args.reasoning_parser is not None:
+        if args.model is None:
+            raise UsageError("--reasoning-parser: needs --model (the HTTP door reads the "
+                             "reasoning with its tokenizer)")
+        _check_reasoning_parser(args.reasoning_parser, args.model)
     from scheduler.config import SchedulerConfig
-    from server.app import ServeOptions
     from server.router.app import RouterOptions
 
     try:
@@ -117,16 +139,23 @@ def router_setup(args: argparse.Namespace) -> RouterOptions:
             host=args.host, port=args.port, http_port=args.http_port,
             metrics_port=args.metrics_port, model=args.model,
             chat_template=args.chat_template, tool_call_parser=args.tool_call_parser,
-            infer_programs=args.infer_programs,
+            reasoning_parser=args.reasoning_parser, infer_programs=args.infer_programs,
             served_model_name=args.served_model_name, auth_tokens=tokens,
             router_token=router_token, grace=args.grace, max_prompt_bytes=args.max_prompt_bytes,
-            ready_timeout=args.ready_timeout,
+            ready_timeout=args.ready_timeout, responses=_response_limits(args),
             scheduler=SchedulerConfig(program_ttl=args.program_ttl))
     except ValueError as exc:
         raise UsageError(f"router options: {exc}") from None
-    _check_ports(ServeOptions(host=args.host, port=args.port, http_port=args.http_port,
-                              metrics_port=args.metrics_port))
+    _check_ports(options.host, options.port, options.http_port, options.metrics_port)
     return options
+
+
+def _response_limits(args: argparse.Namespace) -> ResponseLimits:
+    """The stored Responses' bounds of the --responses-* flags (argparse checked them)."""
+    from server.response_store import ResponseLimits
+
+    return ResponseLimits(args.responses_per_tenant, args.responses_max_bytes,
+                          args.responses_ttl)
 
 
 def _check_tool_flags(args: argparse.Namespace) -> None:
@@ -165,7 +194,8 @@ def replicas_setup(args: argparse.Namespace,
         max_prompt_bytes=options.max_prompt_bytes, http_port=options.http_port,
         metrics_port=options.metrics_port,
         chat_template=config.chat_template, tool_call_parser=options.tool_call_parser,
-        infer_programs=options.infer_programs, served_model_name=options.served_model_name,
+        reasoning_parser=options.reasoning_parser, infer_programs=options.infer_programs,
+        served_model_name=options.served_model_name, responses=options.responses,
         scheduler=config.scheduler)  # the replicas' TTL, half-lives and caps
     return local, router
 
@@ -237,19 +267,20 @@ def _check_device(device: str, tensor_parallel_size: int) -> None:
                          f"machine ({torch.cuda.device_count()} CUDA devices)")
 
 
-def _check_ports(options: ServeOptions) -> None:
-    """Every port to be served can be listened on (port 0 checks the host). The sockets are
-    held until all are tried (so a port given twice fails), then closed: start_server binds
-    the ports itself, so a port taken between this check and then still fails, only later."""
-    from server.app import bind_socket
+def _check_ports(host: str, port: int | None, http_port: int | None,
+                 metrics_port: int | None) -> None:
+    """Every port to be served (None: not served) can be listened on at `host` (port 0
+    checks the host). The sockets are held until all are tried (so a port given twice
+    fails), then closed: the server binds the ports itself, so a port taken between this
+    check and then still fails, only later."""
+    from server.http_server import bind_socket
 
-    flags = (("--port", options.port), ("--http-port", options.http_port),
-             ("--metrics-port", options.metrics_port))
+    flags = (("--port", port), ("--http-port", http_port), ("--metrics-port", metrics_port))
     with contextlib.ExitStack() as sockets:
-        for flag, port in flags:
-            if port is not None:
+        for flag, value in flags:
+            if value is not None:
                 try:
-                    sockets.enter_context(bind_socket(options.host, port))
+                    sockets.enter_context(bind_socket(host, value))
                 except OSError as exc:
                     raise UsageError(f"{flag}: {exc.strerror}") from None
 

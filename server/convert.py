@@ -13,21 +13,19 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from google.protobuf.message import Message
-
 from engine import ChatPrompt, CompletionOutput, EngineStats, LLMEngine, SamplingParams
 from engine.logprobs import TokenLogprob
 from engine.structured.spec import StructuredOutput
 from server import agentix_pb2 as pb
-from server.tool_parsers import ParsedOutput
+from server.chat_output import ChatOutput
 from server.tool_parsers.forced import forced_output
+from server.wire import program_info
 
 if TYPE_CHECKING:
     from scheduler.process_table import ProgramRecord
 
 DEFAULT_TOP_P = 1.0
 DEFAULT_MAX_TOKENS = 16
-MAX_TOP_PROGRAMS = 100
 
 
 def call_params(request: pb.GenerateRequest, forced: bool,
@@ -77,11 +75,6 @@ def sampling_message(params: SamplingParams) -> pb.SamplingParams:
     if params.prompt_logprobs is not None:
         message.prompt_logprobs = params.prompt_logprobs
     return message
-
-
-def optional(message: Message, field: str) -> float | None:
-    """A proto3 `optional` number field's value, None when the sender left it unset."""
-    return getattr(message, field) if message.HasField(field) else None
 
 
 def prompt(request: pb.GenerateRequest) -> str | list[int] | ChatPrompt:
@@ -166,10 +159,10 @@ def logprobs_of(messages: Iterable[pb.TokenLogprob]) -> list[TokenLogprob]:
 
 
 def final(completion: CompletionOutput, call_id: str,
-          parsed: ParsedOutput | None = None) -> pb.GenerateResponse:
+          parsed: ChatOutput | None = None) -> pb.GenerateResponse:
     """The final message of a call (`call_id` as the client knows it); with `parsed` (its
-    text split by a tool parser), the text outside the calls and the calls, finishing with
-    "tool_calls" when it made any and stopped by itself."""
+    text through the request's parsers), the reasoning, the content part outside the calls
+    and the calls, finishing with "tool_calls" when it made any and stopped by itself."""
     usage = pb.Usage(prompt_tokens=len(completion.prompt_token_ids),
                      cached_tokens=completion.num_cached_tokens,
                      completion_tokens=len(completion.token_ids),
@@ -179,27 +172,12 @@ def final(completion: CompletionOutput, call_id: str,
                        text=completion.text)
     if parsed is not None:
         message.text = parsed.content or ""
+        message.reasoning = parsed.reasoning or ""
         message.tool_calls.extend(pb.ToolCall(id=c.id, name=c.name, arguments=c.arguments)
                                   for c in parsed.tool_calls)
         if parsed.tool_calls and completion.finish_reason == "stop":
             message.finish_reason = "tool_calls"
     return pb.GenerateResponse(call_id=call_id, final=message)
-
-
-def program_info(record: ProgramRecord, outer: Callable[[str], str]) -> pb.ProgramInfo:
-    """A snapshot of a process-table record (call on the engine thread), with its ids as
-    the client knows them (`outer`: the caller's namespace)."""
-    calls = [pb.CallInfo(call_id=outer(c.call_id), thread_id=c.thread_id or "", arrival=c.arrival,
-                         wait=c.wait, service=c.service, queue=c.queue)
-             for c in record.active_calls.values()]
-    return pb.ProgramInfo(
-        program_id=outer(record.program_id), tenant=record.tenant or "", state=record.state.value,
-        service=record.service, wait=record.wait, active_calls=calls,
-        engine=record.engine or 0, last_call_arrival=record.last_call_arrival or 0.0,
-        last_call_completion=record.last_call_completion or 0.0, num_calls=record.num_calls,
-        prompt_tokens=record.prompt_tokens, generated_tokens=record.generated_tokens,
-        swap_time=record.swap_time, external_time=record.external_time,
-        program_class=record.program_class or "")
 
 
 def model_info(engine: LLMEngine) -> pb.ModelInfoResponse:
@@ -210,14 +188,6 @@ def model_info(engine: LLMEngine) -> pb.ModelInfoResponse:
                                 max_model_len=engine.max_model_len, policy=config.policy,
                                 block_size=config.block_size,
                                 num_kv_blocks=engine.kv.pool.num_blocks)
-
-
-def top_programs(request: pb.EngineStatsRequest) -> int:
-    """How many programs an EngineStats request lists (ValueError outside 0..100)."""
-    if not 0 <= request.top_programs <= MAX_TOP_PROGRAMS:
-        raise ValueError(f"top_programs: must be in [0, {MAX_TOP_PROGRAMS}], "
-                         f"got {request.top_programs}")
-    return request.top_programs
 
 
 def engine_stats(stats: EngineStats, top: list[ProgramRecord], outer: Callable[[str], str]

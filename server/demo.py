@@ -1,4 +1,5 @@
-"""`agentix demo`: a server on SmolLM2-135M-Instruct with the ATLAS policy, and three small
+"""`agentix demo`: a server on SmolLM2-135M-Instruct with the engine's default configuration
+(`EngineConfig`'s: policy, prefix cache, preemption, first-token deadline), and three small
 agent programs running against it at once over gRPC:
 
 - a ReAct-style loop whose model output goes through a real local calculator tool;
@@ -130,17 +131,14 @@ def run_agents(address: str) -> None:
 def main(model: str | None = None, dtype: str = "float32") -> None:
     from engine import EngineConfig
     from engine.models.smollm2 import ensure_smollm2_dir
-    from scheduler.config import SERVE_TTFT_SLO_TOKENS
     from server.app import start_server
 
     model = model or str(ensure_smollm2_dir())
-    config = EngineConfig.from_flat(model=model, policy="gittins", dtype=dtype, max_num_seqs=16,
-                                    kv_cache_memory_gb=0.5, enable_prefix_caching=True,
-                                    preemption_mode="auto",
-                                    ttft_slo_tokens=SERVE_TTFT_SLO_TOKENS)
+    config = EngineConfig.from_flat(model=model, dtype=dtype, max_num_seqs=16,
+                                    kv_cache_memory_gb=0.5)
     server = start_server(config, host="127.0.0.1", port=0)
-    print(f"agentix demo: SmolLM2-135M-Instruct, policy gittins, serving on {server.address}\n",
-          flush=True)
+    print(f"agentix demo: SmolLM2-135M-Instruct, policy {config.policy}, serving on "
+          f"{server.address}\n", flush=True)
     try:
         run_agents(server.address)
     finally:

@@ -14,11 +14,11 @@ from typing import AsyncIterator, Iterable, Protocol
 
 from engine import EngineStats
 from server import agentix_pb2 as pb
-from server import convert
 from server.call_stream import CallStream, StreamItem
 from server.calls import CallRequest, adder
 from server.engine_loop import EngineLoop
 from server.namespace import Namespace
+from server.wire import program_info
 
 Headers = Iterable[tuple[str, str]]
 
@@ -63,10 +63,7 @@ class EngineBackend:
     def unavailable(self) -> str | None:
         if self.loop.draining:
             return "the server is shutting down"
-        if self.loop.stalled():
-            return (f"the engine has made no progress for {self.loop.stall_seconds:g} s "
-                    f"while it has work")
-        return None
+        return self.loop.unavailable()
 
     async def submit(self, ns: Namespace, call: CallRequest, headers: Headers
                      ) -> CallStream:
@@ -79,13 +76,13 @@ class EngineBackend:
 
     async def get_program(self, ns: Namespace, program_id: str) -> pb.ProgramInfo:
         return await self.loop.run(
-            lambda engine: convert.program_info(engine.get_program(program_id), ns.outer))
+            lambda engine: program_info(engine.get_program(program_id), ns.outer))
 
     async def end_program(self, ns: Namespace, program_id: str,
                           headers: Headers) -> pb.ProgramInfo:
         # Ending a recently ended program again is harmless: its final record.
         return await self.loop.run(
-            lambda engine: convert.program_info(engine.end_program(program_id), ns.outer))
+            lambda engine: program_info(engine.end_program(program_id), ns.outer))
 
     async def stats(self) -> EngineStats:
         """The engine's statistics (for /metrics)."""

@@ -20,7 +20,7 @@ from typing import Callable, TypeVar
 
 from engine import CompletionOutput, LLMEngine, StepOutput
 from engine.call import FinishReason
-from engine.errors import StepFailedError
+from engine.errors import EngineBrokenError, StepFailedError
 from engine.logprobs import TokenLogprob
 from server.call_stream import CallStream, StreamDelta, StreamFinal
 from server.detok import IncrementalText
@@ -49,10 +49,12 @@ class EngineLoop:
     Idle, the thread sleeps on a wake-up event and steps once per `idle_tick` seconds so that
     program TTL expiry still runs. While calls are in flight it steps back to back, running
     posted commands between steps. New calls are refused with QueueFullError while
-    `max_waiting` calls are waiting (queued or swapped out), and with DrainingError once
-    draining has begun. The loop pops every finished call's completion: a streamed call's
-    goes to its stream, that of a call added some other way (`run(lambda e: e.add_call(..))`)
-    is dropped, so the engine never keeps finished calls.
+    `max_waiting` calls are waiting (queued or swapped out), with DrainingError once
+    draining has begun, and with EngineBrokenError once a step found the engine broken (a
+    tensor-parallel worker died): then every stream in flight ends in that error, the loop
+    steps no more, and only commands run until `stop()`. The loop pops every finished call's
+    completion: a streamed call's goes to its stream, that of a call added some other way
+    (`run(lambda e: e.add_call(..))`) is dropped, so the engine never keeps finished calls.
     """
 
     def __init__(self, engine: LLMEngine, max_waiting: int = 1024, idle_tick: float = 1.0,
@@ -75,6 +77,7 @@ class EngineLoop:
         self._closed = False           # no more commands are accepted
         self._stopping = False         # engine thread: leave the loop
         self._draining = False
+        self._broken: str | None = None  # why the engine broke; set once, by its thread
         self._streams: dict[str, _Tracked] = {}  # engine thread only
         self._progress_at = time.monotonic()  # heartbeat: the last step or command batch done
         self._thread = threading.Thread(target=self._main, name="agentix-engine", daemon=True)
@@ -87,11 +90,29 @@ class EngineLoop:
     def draining(self) -> bool:
         return self._draining
 
-    def stalled(self) -> bool:
+    def _stalled(self) -> bool:
         """Whether the engine thread has work (calls in flight or commands waiting) and has
-        finished no step or command for `stall_seconds` (any thread; health reads it)."""
+        finished no step or command for `stall_seconds` (any thread)."""
         busy = bool(self._streams) or bool(self._commands)
         return busy and time.monotonic() - self._progress_at > self.stall_seconds
+
+    def unavailable(self) -> str | None:
+        """Why the engine takes no calls now (None: it does): it broke (for good), or it is
+        stalled (until it makes progress). Any thread; health reads it."""
+        if self._broken is not None:
+            return self._broken
+        if self._stalled():
+            return (f"the engine has made no progress for {self.stall_seconds:g} s while it "
+                    f"has work")
+        return None
+
+    def refuse_new_work(self) -> None:
+        """DrainingError once draining has begun, EngineBrokenError once the engine broke
+        (engine thread: run before starting a program or adding a call)."""
+        if self._draining:
+            raise DrainingError("the server is shutting down: no new calls or programs")
+        if self._broken is not None:
+            raise EngineBrokenError(self._broken)
 
     def post(self, command: Callable[[], None]) -> None:
         """Queue `command` for the engine thread; DrainingError once the loop is stopped."""
@@ -177,6 +198,10 @@ class EngineLoop:
             self._progress_at = time.monotonic()
             if self._stopping:
                 break
+            if self._broken is not None:  # no step can run: only commands, when posted
+                if not self._commands:
+                    self._wake.wait()
+                continue
             idle_for = time.monotonic() - last_step
             # Step while calls are in flight; idle, once per tick (TTL expiry), however
             # many commands wake the thread in between.
@@ -212,8 +237,7 @@ class EngineLoop:
         if not future.set_running_or_notify_cancel():
             return
         try:
-            if self._draining:
-                raise DrainingError("the server is shutting down: no new calls")
+            self.refuse_new_work()
             # Calls that free seats will take at the next step are not waiting.
             if self.engine.num_waiting - self.engine.num_free_seats >= self.max_waiting:
                 raise QueueFullError(f"max_waiting: the waiting queue is full "
@@ -247,12 +271,16 @@ class EngineLoop:
     def _step(self) -> None:
         """One engine step and its outputs handed out. A step that failed (StepFailedError)
         has already ended exactly the calls it named: their streams end with "error" and the
-        others go on. If anything else raises, every call in flight is aborted and its
-        stream ends with "error". Either way the loop goes on."""
+        others go on, unless the engine broke (`_break`). If anything else raises, every
+        call in flight is aborted and its stream ends with "error". Either way the loop goes
+        on."""
         try:
             self._dispatch(self.engine.step())
         except StepFailedError as exc:
             log.error("%s; failing their streams", exc, exc_info=exc.cause)
+            if isinstance(exc.cause, EngineBrokenError):
+                self._break(exc.cause)
+                return
             for call_id in exc.call_ids:
                 if call_id in self._streams:
                     self._fail(call_id)
@@ -313,16 +341,24 @@ class EngineLoop:
             if call is None or call.is_finished:
                 self._fail(call_id)
 
-    def _fail_all(self) -> None:
+    def _break(self, error: EngineBrokenError) -> None:
+        """The engine can step no more, for good: every call in flight ends and its stream
+        raises an EngineBrokenError like `error` (UNAVAILABLE: retry elsewhere)."""
+        self._broken = str(error)
+        self._fail_all(broken=True)
+
+    def _fail_all(self, broken: bool = False) -> None:
+        """End every call in flight (`_fail`)."""
         for call_id in list(self._streams):
             try:
                 self.engine.abort_call(call_id)
             except Exception:
                 log.exception("could not abort %s", call_id)
-            self._fail(call_id)
+            self._fail(call_id, broken)
 
-    def _fail(self, call_id: str) -> None:
-        """End a stream with "error" (with the call's usage when the engine still has it)."""
+    def _fail(self, call_id: str, broken: bool = False) -> None:
+        """End a stream with "error" (with the call's usage when the engine still has it),
+        or, once the engine `broken`, with EngineBrokenError raised to its reader."""
         tracked = self._streams.pop(call_id)
         now = self.engine.clock()
         completion = CompletionOutput(
@@ -335,5 +371,8 @@ class EngineLoop:
                 completion = self._pop(call_id)
         except Exception:
             log.exception("could not pop %s", call_id)
+        if broken:
+            tracked.stream.fail(EngineBrokenError(self._broken))
+            return
         tracked.stream.put(StreamFinal(replace(completion, text=tracked.text.sent,
                                                finish_reason="error")))

@@ -8,8 +8,9 @@ from typing import NoReturn
 
 import grpc
 
-from engine.errors import (DuplicateCallError, ProgramExistsError, ProgramLimitError,
-                           UnknownProgramError)
+from scheduler.executor_errors import EngineBrokenError
+from scheduler.ids import DuplicateCallError
+from scheduler.process_table import ProgramExistsError, ProgramLimitError, UnknownProgramError
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +65,13 @@ def status_of(exc: BaseException) -> grpc.StatusCode | None:
 
     Engine errors: unknown or ended program -> NOT_FOUND, a taken call or program id ->
     ALREADY_EXISTS, a program past `max_programs` or `max_programs_per_tenant` ->
-    RESOURCE_EXHAUSTED, any other ValueError (the engine names the field first) ->
-    INVALID_ARGUMENT.
+    RESOURCE_EXHAUSTED, a broken engine (a tensor-parallel worker died) -> UNAVAILABLE (retry
+    elsewhere), any other ValueError (the engine names the field first) -> INVALID_ARGUMENT.
     """
     if isinstance(exc, ServerError):
         return exc.code
+    if isinstance(exc, EngineBrokenError):
+        return grpc.StatusCode.UNAVAILABLE
     if isinstance(exc, ProgramLimitError):
         return grpc.StatusCode.RESOURCE_EXHAUSTED
     if isinstance(exc, UnknownProgramError):

@@ -1,6 +1,7 @@
 """Registers the Agentix servicer on a grpc.aio server with request parsing of our own: a
 request whose bytes do not parse gets INVALID_ARGUMENT naming the method (grpc's generated
-registration would answer UNKNOWN "Unexpected DecodeError")."""
+registration would answer UNKNOWN "Unexpected DecodeError"); and the names of the services
+a server or router registers (Agentix, health), for health and reflection."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ from typing import Any, Callable
 
 import grpc
 from google.protobuf.message import DecodeError
+from grpc_health.v1 import health_pb2
 
 from server import agentix_pb2 as pb
 
 SERVICE = pb.DESCRIPTOR.services_by_name["Agentix"]
+SERVICE_NAME = SERVICE.full_name
+HEALTH_SERVICE_NAME = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 
 
 class _Undecodable:
@@ -71,4 +75,4 @@ def add_service(servicer: Any, server: grpc.aio.Server) -> None:
             handlers[method.name] = grpc.unary_unary_rpc_method_handler(
                 _unary(method.name, handler), parse, serialize)
     server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler(SERVICE.full_name, handlers),))
+        (grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))

@@ -12,10 +12,10 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 
-from engine.errors import DuplicateCallError, ProgramExistsError, UnknownProgramError
 import grpc
 
-from scheduler.ids import check_id
+from scheduler.ids import DuplicateCallError, check_id
+from scheduler.process_table import ProgramExistsError, UnknownProgramError
 from server.auth import SEPARATOR, AuthError, TokenAuth
 
 ID_ERRORS = (UnknownProgramError, ProgramExistsError, DuplicateCallError)

@@ -15,27 +15,33 @@ from server.metrics import CONTENT_TYPE, ServerMetrics
 from server.openai_http import OpenAIDoor
 from server.openai_tokens import TokenEndpoints
 from server.prompts import PromptTokenizer
+from server.response_store import ResponseStore
 
 BODY_OVERHEAD_BYTES = 64 << 10  # a body's room beyond its prompt
 
 
 def build_app(backend: DoorBackend, prompts: PromptTokenizer, auth: TokenAuth | None,
-              model_name: str, max_model_len: int, tool_call_parser: str | None = None,
-              metrics: ServerMetrics | None = None,
+              model_name: str, max_model_len: int, responses: ResponseStore,
+              tool_call_parser: str | None = None, metrics: ServerMetrics | None = None,
+              reasoning_parser: str | None = None,
               inference: ProgramInference | None = None) -> FastAPI:
     """The OpenAI-compatible app (see server/openai_http.py) on `backend`. A request body
     may be up to four times the prompt limit (JSON escapes) plus room for the other fields.
-    `tool_call_parser` (a `server.tool_parsers` name; None: off) turns on "auto" tool
-    choice; `metrics` (an EngineBackend's only) serves /metrics; `inference` (None: off)
-    infers the programs of chat requests that name none (`--infer-programs`)."""
-    door = OpenAIDoor(backend, prompts, auth, model_name, max_model_len, tool_call_parser,
-                      inference)
+    `responses` keeps the stored Responses; `tool_call_parser` (a `server.tool_parsers`
+    name; None: off) turns on "auto" tool choice; `reasoning_parser` (a
+    `server.reasoning_parsers` name; None: off) splits chat outputs' reasoning off;
+    `metrics` (an EngineBackend's only) serves /metrics; `inference` (None: off) infers the
+    programs of chat requests that name none (`--infer-programs`)."""
+    door = OpenAIDoor(backend, prompts, auth, model_name, max_model_len, responses,
+                      tool_call_parser, reasoning_parser, inference)
     app = FastAPI(title="Agentix", docs_url=None, redoc_url=None, openapi_url=None)
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=4 * prompts.max_prompt_bytes + BODY_OVERHEAD_BYTES)
     app.post("/v1/chat/completions")(door.chat)
     app.post("/v1/completions")(door.completions)
     app.post("/v1/responses")(door.responses)
+    app.get("/v1/responses/{response_id}")(door.get_response)
+    app.delete("/v1/responses/{response_id}")(door.delete_response)
     app.get("/v1/models")(door.models)
     tokens = TokenEndpoints(prompts, max_model_len, door.namespace, door.check_model,
                             http_error_of)

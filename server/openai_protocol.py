@@ -2,8 +2,9 @@
 
 Requests accept the OpenAI fields this engine can honour, plus the usual extras of open
 servers (`top_k`, `ignore_eos`, `return_token_ids`) and Agentix's own (`program_id`,
-`program_class`, `thread_id`, `expected_tool_seconds`, `ttft_slo_seconds`); other unknown
-fields are ignored, as OpenAI clients send many. `logprobs` (chat: a bool with
+`program_class`, `thread_id`, `expected_tool_seconds`, `ttft_slo_seconds`) and chat's
+`chat_template_kwargs` (vLLM's: extra chat-template variables, `engine.chat_prompt`); other
+unknown fields are ignored, as OpenAI clients send many. `logprobs` (chat: a bool with
 `top_logprobs` 0-20, which above 0 needs it; completions: 0-5 alternatives) returns each
 generated token's logprob (`server.openai_logprobs`); completions' `echo` returns the prompt
 before the output, with its tokens' logprobs too when asked (`server.openai_echo`;
@@ -26,9 +27,9 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from engine import ChatPrompt, CompletionOutput, SamplingParams
 from engine.structured.spec import StructuredOutput
+from server.chat_output import ChatOutput
 from server.openai_structured import forced_function, format_output
 from server.tool_parsers.forced import forced_output
-from server.tool_parsers import ParsedOutput
 
 MAX_CHOICES = 16
 MAX_CALLS = 64  # calls per request: batched prompts x n
@@ -55,7 +56,7 @@ class _Body(BaseModel):
     program_class: str | None = None  # of a program this request starts
     thread_id: str | None = None
     expected_tool_seconds: float | None = None
-    ttft_slo_seconds: float | None = None  # first-token deadline (engine.llm_engine.check_ttft_slo)
+    ttft_slo_seconds: float | None = None  # first-token deadline (scheduler.deadlines)
     # Accepted only at their "off" values (see the module docstring).
     best_of: int | None = None
     presence_penalty: float | None = None
@@ -117,6 +118,7 @@ class ChatCompletionRequest(_Body):
     response_format: dict[str, Any] | None = None
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    chat_template_kwargs: dict[str, Any] | None = None  # vLLM's: extra template variables
 
     def logprobs_wanted(self) -> int | None:
         """`top_logprobs` alternatives with `logprobs` true; ValueError naming
@@ -159,8 +161,9 @@ class ChatCompletionRequest(_Body):
 
     def chat(self) -> ChatPrompt:
         """The messages as a ChatPrompt, with the tools unless `tool_choice` is "none" (then
-        the model is not shown them)."""
-        return ChatPrompt.of(self.messages, None if self.tool_choice == "none" else self.tools)
+        the model is not shown them) and `chat_template_kwargs` (bounded: `ChatPrompt`)."""
+        return ChatPrompt.of(self.messages, None if self.tool_choice == "none" else self.tools,
+                             self.chat_template_kwargs)
 
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
@@ -238,14 +241,17 @@ def usage(completions: list[CompletionOutput], n: int) -> dict[str, Any]:
 
 
 def chat_choice(index: int, completion: CompletionOutput, token_ids: bool,
-                parsed: ParsedOutput | None = None,
+                parsed: ChatOutput | None = None,
                 logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
-    """One choice of a chat response; with `parsed` (its output split by a tool parser), the
-    message carries the tool calls and finishes with "tool_calls" when it has any."""
+    """One choice of a chat response; with `parsed` (its output through the request's
+    parsers), the message carries the content part, the reasoning as `reasoning_content`
+    (when there is any) and the tool calls, finishing with "tool_calls" when it has any."""
     message: dict[str, Any] = {"role": "assistant", "content": completion.text}
     finish_reason = completion.finish_reason
     if parsed is not None:
         message["content"] = parsed.content
+        if parsed.reasoning is not None:
+            message["reasoning_content"] = parsed.reasoning
         if parsed.tool_calls:
             message["tool_calls"] = [call.to_openai() for call in parsed.tool_calls]
             finish_reason = tool_calls_finish(finish_reason)
@@ -260,11 +266,6 @@ def tool_calls_finish(finish_reason: str | None) -> str | None:
     """A finish reason once the output made tool calls: a natural stop becomes
     "tool_calls"; a cut one (length, abort) stays what it was."""
     return "tool_calls" if finish_reason == "stop" else finish_reason
-
-
-def first_call_only(parsed: ParsedOutput) -> ParsedOutput:
-    """`parallel_tool_calls: false`: at most one call, the first."""
-    return ParsedOutput(parsed.content, parsed.tool_calls[:1])
 
 
 def text_choice(index: int, completion: CompletionOutput, token_ids: bool,

@@ -6,7 +6,9 @@ error comes back as an exception and becomes a status (server.errors.status_of):
 INVALID_ARGUMENT naming the field, NOT_FOUND for an unknown or ended program (or another
 tenant's: with auth on, ids live in the caller's namespace, server/namespace.py),
 ALREADY_EXISTS for a taken id, RESOURCE_EXHAUSTED at a bound, UNAVAILABLE while draining
-(a call cut by the drain ends with finish reason "shutdown", then UNAVAILABLE: retry it),
+(a call cut by the drain ends with finish reason "shutdown", then UNAVAILABLE: retry it)
+and once the engine broke (a tensor-parallel worker died: a call in flight ends with
+UNAVAILABLE naming it, and so is every later call refused; health is NOT_SERVING),
 UNAUTHENTICATED with auth on, PERMISSION_DENIED for a `program_priority` not sent by the
 trusted router (server.auth.RouterTrust; without a router token no one may set it). A
 Generate stream whose client goes away (cancel, deadline, disconnect) aborts its call, which
@@ -15,44 +17,50 @@ frees its blocks.
 
 from __future__ import annotations
 
-import math
 from typing import AsyncIterator, Callable, NoReturn, TypeVar
 
 import grpc
 
-from engine import LLMEngine
-from engine.llm_engine import check_ttft_slo
+from engine import LLMEngine, SamplingParams
+from scheduler.deadlines import check_ttft_slo
+from scheduler.executor_errors import EngineBrokenError
 from scheduler.ids import check_id
 from server import agentix_pb2 as pb
 from server import calls, convert
 from server.auth import RouterTrust, TokenAuth
 from server.call_stream import StreamDelta
+from server.chat_output import OutputParsers, reasoning_parser_for
 from server.engine_loop import EngineLoop
-from server.errors import DrainingError, UnreadStreamError, abort_for
+from server.errors import UnreadStreamError, abort_for
 from server.namespace import Namespace, caller_namespace, new_id
 from server.prompts import PromptTokenizer
+from server.request_checks import (check_program_class, check_thread, checked_priority,
+                                   top_programs)
 from server.tool_parsers import make_tool_parser
 from server.tool_parsers.forced import ForcedCallParser
-from server.wire import SHUTDOWN
+from server.wire import SHUTDOWN, optional, program_info
 
 T = TypeVar("T")
-SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Agentix"].full_name
 
 
 class AgentixServicer:
     """Handlers run on the server's asyncio loop; `auth=None` turns authentication off;
     `router` (None: no router is trusted) says which requests may carry a priority value;
     `tool_call_parser` (a `server.tool_parsers` name; None: off) parses chat outputs into
-    the final message's tool calls when a request offers tools with tool choice auto."""
+    the final message's tool calls when a request offers tools with tool choice auto;
+    `reasoning_parser` (a `server.reasoning_parsers` name; None: off) splits a chat output's
+    reasoning off into the final message's `reasoning` (the deltas stay the raw text)."""
 
     def __init__(self, engine_loop: EngineLoop, prompts: PromptTokenizer,
                  auth: TokenAuth | None = None, router: RouterTrust | None = None,
-                 tool_call_parser: str | None = None) -> None:
+                 tool_call_parser: str | None = None, reasoning_parser: str | None = None
+                 ) -> None:
         self.loop = engine_loop
         self.prompts = prompts
         self.auth = auth
         self.router = router
         self.tool_call_parser = tool_call_parser
+        self.reasoning_parser = reasoning_parser
 
     # ----- plumbing ---------------------------------------------------------------------
     async def _namespace(self, context: grpc.aio.ServicerContext) -> Namespace:
@@ -90,8 +98,7 @@ class AgentixServicer:
                                        request.program_id or new_id("prog"))
 
         def start(engine: LLMEngine) -> str:
-            if self.loop.draining:
-                raise DrainingError("the server is shutting down: no new programs")
+            self.loop.refuse_new_work()
             return engine.start_program(program_id, tenant, program_class=program_class)
 
         started = await self._run(context, ns, start)
@@ -104,8 +111,7 @@ class AgentixServicer:
 
         def end(engine: LLMEngine) -> pb.ProgramInfo:
             # Ending a recently ended program again is harmless: its final record.
-            return convert.program_info(engine.end_program(program_id, request.failed),
-                                        ns.outer)
+            return program_info(engine.end_program(program_id, request.failed), ns.outer)
 
         return await self._run(context, ns, end)
 
@@ -113,7 +119,7 @@ class AgentixServicer:
                          context: grpc.aio.ServicerContext) -> pb.ProgramInfo:
         ns = await self._namespace(context)
         program_id = await self._inner(context, ns, "program_id", request.program_id)
-        return await self._run(context, ns, lambda engine: convert.program_info(
+        return await self._run(context, ns, lambda engine: program_info(
             engine.get_program(program_id), ns.outer))
 
     # ----- calls ------------------------------------------------------------------------
@@ -133,17 +139,19 @@ class AgentixServicer:
             if params.structured is not None:
                 await self.prompts.compile_grammar(
                     params.structured, "messages.tool_choice" if forced else "json_schema")
+            prompt_ids = await self.prompts.token_ids(convert.prompt(request))
+            output = await self._output_parsers(request, forced, function, params, prompt_ids)
             call = calls.CallRequest(
                 program_id=(ns.inner("program_id", request.program_id)
                             if request.program_id else None),
                 call_id=ns.inner("call_id", request.call_id or new_id("call")),
-                prompt=await self.prompts.token_ids(convert.prompt(request)),
+                prompt=prompt_ids,
                 params=params, tenant=ns.tenant,
                 thread_id=(check_thread(request.thread_id) if request.thread_id else None),
-                expected_tool_seconds=convert.optional(request, "expected_tool_seconds"),
+                expected_tool_seconds=optional(request, "expected_tool_seconds"),
                 program_service=priority,
                 ttft_slo_seconds=check_ttft_slo(
-                    convert.optional(request, "ttft_slo_seconds")))
+                    optional(request, "ttft_slo_seconds")))
             stream = await self.loop.submit(calls.adder(call))
         except Exception as exc:
             await self._fail(context, ns.outer_error(exc))
@@ -154,17 +162,35 @@ class AgentixServicer:
                     yield convert.delta(call_id, item.token_ids, item.text, item.logprobs,
                                         item.prompt_logprobs)
                     continue
-                parser = (ForcedCallParser(function) if forced else
-                          make_tool_parser(self.tool_call_parser) if parses else None)
                 yield convert.final(item.completion, call_id,
-                                    parser.parse(item.completion.text) if parser else None)
+                                    output.parse(item.completion.text) if output else None)
                 if item.completion.finish_reason == SHUTDOWN:
                     await context.abort(grpc.StatusCode.UNAVAILABLE,
                                         "the server is shutting down: this call was cut; retry it")
-        except UnreadStreamError as exc:  # the client stopped reading (server.call_stream)
+        except (UnreadStreamError, EngineBrokenError) as exc:
+            # The client stopped reading (server.call_stream), or the engine broke under
+            # the call (UNAVAILABLE: retry elsewhere).
             await abort_for(context, exc)
         finally:
             stream.cancel()  # the client went away before the final item: abort the call
+
+    async def _output_parsers(self, request: pb.GenerateRequest, forced: bool,
+                              function: str | None, params: SamplingParams,
+                              prompt_ids: list[int]) -> OutputParsers | None:
+        """What a chat output goes through (None: plain text): a forced choice's parser,
+        or the server's for tool choice auto; after the reasoning split when the server has
+        a reasoning parser and no grammar constrains the output."""
+        name = self.tool_call_parser
+        tools = ((lambda: ForcedCallParser(function)) if forced else
+                 (lambda: make_tool_parser(name)) if convert.parses_tool_calls(request)
+                 else None)
+        reasoning = None
+        if self.reasoning_parser is not None and request.WhichOneof("prompt") == "messages" \
+                and params.structured is None:
+            reasoning = await reasoning_parser_for(self.reasoning_parser, prompt_ids,
+                                                   self.prompts,
+                                                   tools().call_marker if tools else None)
+        return OutputParsers(reasoning, tools) if reasoning or tools else None
 
     async def _priority(self, request: pb.GenerateRequest,
                         context: grpc.aio.ServicerContext) -> float | None:
@@ -193,7 +219,7 @@ class AgentixServicer:
                           context: grpc.aio.ServicerContext) -> pb.EngineStatsResponse:
         ns = await self._namespace(context)
         try:
-            limit = convert.top_programs(request)
+            limit = top_programs(request)
         except ValueError as exc:
             await self._fail(context, exc)
 
@@ -217,34 +243,3 @@ class AgentixServicer:
         return pb.CacheEventsResponse(epoch=digest.epoch, next=digest.next,
                                       reset=digest.reset, stored=digest.stored,
                                       removed=digest.removed)
-
-
-async def checked_priority(request: pb.GenerateRequest, context: grpc.aio.ServicerContext,
-                           trust: RouterTrust | None) -> float | None:
-    """The request's `program_priority`, if set: PERMISSION_DENIED unless the trusted router
-    sent it (`trust`; None: nobody may), INVALID_ARGUMENT unless a finite number >= 0."""
-    if not request.HasField("program_priority"):
-        return None
-    if trust is None or not trust.trusted(context.invocation_metadata()):
-        await context.abort(grpc.StatusCode.PERMISSION_DENIED,
-                            "program_priority: only a trusted router may set it")
-    value = request.program_priority
-    if not (math.isfinite(value) and value >= 0):
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                            f"program_priority: must be a finite number >= 0, got {value!r}")
-    return value
-
-
-def check_thread(thread_id: str) -> str:
-    """A client's thread id, checked like every id (ValueError naming thread_id)."""
-    check_id("thread_id", thread_id)
-    return thread_id
-
-
-def check_program_class(program_class: str) -> str | None:
-    """A StartProgram's `program_class`: None when empty (unset in proto3), else checked like
-    every id (ValueError naming program_class)."""
-    if not program_class:
-        return None
-    check_id("program_class", program_class)
-    return program_class

@@ -1,5 +1,9 @@
 """The benchmark's named engine configurations (`BASELINES`), all in this one engine with the
 same memory, and the EngineConfig fields of a run under one of them (`engine_config_for`).
+Every baseline states the policy, prefix caching, KV memory and preemption it runs with, and
+runs without a first-token deadline (`ttft_slo_tokens=None`), whatever the engine's defaults;
+`DEFAULTS` names a run on the engine's own defaults (EngineConfig's: what `agentix serve`
+runs), `agentix bench sim`'s when no --policy is given.
 
 - `vllm`: FCFS, recompute on preemption, no chunked prefill, no prefix caching, LRU cache;
 - `optimized`: FCFS with chunked prefill, prefix caching and multistep 4, LRU cache;
@@ -27,6 +31,17 @@ BLOCK_SIZE = 16
 _OPTIMIZED: Mapping[str, Any] = MappingProxyType(dict(
     enable_chunked_prefill=True, enable_prefix_caching=True, multistep=4))
 REQUEST_LEVEL = ("mlfq", "las")  # request-level baselines: they keep today's LRU cache
+# No first-token deadline in any baseline (as every one was measured); a study of the deadline
+# sets one with its overrides.
+_NO_DEADLINE: Mapping[str, Any] = MappingProxyType(dict(ttft_slo_tokens=None))
+DEFAULTS = "defaults"  # the engine's own defaults (`_ENGINE_DEFAULTS`)
+
+# FCFS, no prefix cache, recompute preemption and no first-token deadline (the library's
+# defaults before they became the serving ones): the engine that the real-model timing and
+# parity studies measure, so that their figures stay comparable.
+PLAIN: Mapping[str, Any] = MappingProxyType(dict(
+    policy="fcfs", enable_prefix_caching=False, preemption_mode="recompute",
+    ttft_slo_tokens=None))
 
 
 def _scheduling_baseline(policy: str) -> dict[str, Any]:
@@ -47,11 +62,21 @@ def _baselines() -> dict[str, Mapping[str, Any]]:
         **{name: _scheduling_baseline(name) for name in POLICIES if name != "fcfs"},
         "atlas-lru": {**_scheduling_baseline("atlas"), "kv_memory": "lru"},
     }
-    return {name: MappingProxyType(fields) for name, fields in named.items()}
+    return {name: MappingProxyType({**fields, **_NO_DEADLINE}) for name, fields in named.items()}
 
 
 # Each is a set of EngineConfig fields on top of `_COMMON`.
 BASELINES: Mapping[str, Mapping[str, Any]] = MappingProxyType(_baselines())
+
+
+def _engine_defaults() -> Mapping[str, Any]:
+    """EngineConfig()'s value of every field a baseline sets (read, not restated)."""
+    values = EngineConfig().as_flat()
+    return MappingProxyType({name: values[name] for fields in BASELINES.values()
+                             for name in fields})
+
+
+_ENGINE_DEFAULTS = _engine_defaults()
 
 _COMMON: Mapping[str, Any] = MappingProxyType(dict(
     block_size=BLOCK_SIZE, max_num_seqs=256, max_num_batched_tokens=8192, service_mode="time",
@@ -60,17 +85,21 @@ _COMMON: Mapping[str, Any] = MappingProxyType(dict(
 
 def engine_config_for(policy: str, engine_overrides: dict[str, Any] | None = None,
                       **fields: Any) -> dict[str, Any]:
-    """The EngineConfig fields of a run under the baseline `policy` (or a bare scheduler
-    policy name: chunked prefill and `auto` preemption, the engine's defaults otherwise): the
-    common fields, the baseline's, `fields`, then `engine_overrides`, each over the one
-    before. ValueError for an unknown policy or field."""
-    if policy in BASELINES:
+    """The EngineConfig fields of a run under the baseline `policy` (or `DEFAULTS`: the
+    engine's own defaults; or a bare scheduler policy name: chunked prefill, `auto`
+    preemption, no prefix caching and no first-token deadline, the engine's defaults
+    otherwise): the common fields, the baseline's, `fields`, then `engine_overrides`, each
+    over the one before. ValueError for an unknown policy or field."""
+    if policy == DEFAULTS:
+        base = _ENGINE_DEFAULTS
+    elif policy in BASELINES:
         base = BASELINES[policy]
     elif policy in POLICIES:
-        base = dict(policy=policy, enable_chunked_prefill=True, preemption_mode="auto")
+        base = dict(policy=policy, enable_chunked_prefill=True, preemption_mode="auto",
+                    enable_prefix_caching=False, **_NO_DEADLINE)
     else:
-        raise ValueError(f"policy must be one of {sorted(set(BASELINES) | set(POLICIES))}, "
-                         f"got {policy!r}")
+        names = sorted({*BASELINES, *POLICIES, DEFAULTS})
+        raise ValueError(f"policy must be one of {names}, got {policy!r}")
     config = {**_COMMON, **base, **fields, **(engine_overrides or {})}
     unknown = config.keys() - EngineConfig.flat_field_types().keys()
     if unknown:

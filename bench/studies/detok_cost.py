@@ -19,12 +19,13 @@ STOPS = tuple(f"<|stop marker {i:02d} that never comes|>"[:32] for i in range(16
 def measure(batch: int, steps: int, threads: int) -> dict[str, float]:
     import torch
 
+    from bench.sim.baselines import PLAIN
     from engine import LLM, SamplingParams
     from engine.models.smollm2 import ensure_smollm2_dir
     from server.detok import IncrementalText
 
     torch.set_num_threads(threads)
-    llm = LLM(str(ensure_smollm2_dir()), max_num_seqs=batch, block_size=16,
+    llm = LLM(str(ensure_smollm2_dir()), **PLAIN, max_num_seqs=batch, block_size=16,
               num_kv_blocks=batch * 8 + 8)
     engine, tokenizer = llm.engine, llm.engine.tokenizer
     prompt = tokenizer.encode("Write a short story about a lighthouse keeper and a storm.")

@@ -157,7 +157,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     model = args.model or str(ensure_smollm2_dir())
     kinds = KINDS + (ROUTER_KINDS if args.router else ())
-    config = EngineConfig.from_flat(model=model, policy="atlas", max_num_seqs=args.concurrency)
+    config = EngineConfig.from_flat(model=model, policy="atlas", max_num_seqs=args.concurrency,
+                                    enable_prefix_caching=False, preemption_mode="recompute",
+                                    ttft_slo_tokens=None)  # as measured
     server = start_server(config, port=0, http_port=0, served_model_name="bench")
     addresses = {"grpc": server.address, "http": server.http_address,
                  "http+metrics": server.http_address}

@@ -31,8 +31,9 @@ from bench.sim.workloads import WORKLOADS
 from bench.studies.frontier_report import FrontierRow, write_frontier
 from server.config_flags import name_list, positive_float
 
-# name -> (policy, engine overrides). Beta 4 is the library's default; 2,048 tokens is
-# `agentix serve`'s first-token deadline (with gittins, its default policy).
+# name -> (policy, engine overrides). Beta 4 and a first-token deadline of 2,048 tokens are
+# the engine's defaults (with gittins, its default policy); the baselines run without a
+# deadline.
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "optimized": ("optimized", {}),
     "optimized-mem": ("optimized-mem", {}),

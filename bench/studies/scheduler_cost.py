@@ -53,7 +53,9 @@ def measure(num_programs: int, running: int, waiting: int, steps: int, policy: s
                                           running * prompt + running, service_mode="tokens",
                                           quantum_base=64, program_ttl=1e9,
                                           kv_memory=kv_memory, max_programs=num_programs,
-                                          max_programs_per_tenant=num_programs), kv,
+                                          max_programs_per_tenant=num_programs,
+                                          preemption_mode="recompute",
+                                          ttft_slo_tokens=None), kv,  # as measured
                           trained(make_policy(policy)))
     for p in range(num_programs):
         scheduler.start_program(0.0, f"p{p}")

@@ -112,7 +112,8 @@ class _Replicas:
 
         config = EngineConfig.from_flat(
             model=self.model_dir, block_size=8, num_kv_blocks=48, num_host_blocks=64,
-            preemption_mode="swap", max_num_seqs=16, program_ttl=self.program_ttl)
+            preemption_mode="swap", max_num_seqs=16, program_ttl=self.program_ttl,
+            policy="fcfs", enable_prefix_caching=False, ttft_slo_tokens=None)  # as measured
         server = start_server(config, port=port, http_port=0, router_token=TOKEN,
                               served_model_name="soak")
         every = self.fail_every

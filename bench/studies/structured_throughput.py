@@ -22,6 +22,7 @@ import time
 
 import torch
 
+from bench.sim.baselines import PLAIN
 from engine import LLM, SamplingParams
 from engine.models.smollm2 import ensure_smollm2_dir
 from engine.structured.spec import StructuredOutput
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    llm = LLM(str(ensure_smollm2_dir()), max_num_seqs=args.num)
+    llm = LLM(str(ensure_smollm2_dir()), **PLAIN, max_num_seqs=args.num)
     prompts = [f"Write a long story about the number {i}." for i in range(args.num)]
     llm.generate(prompts[:2], batch_params(2, 0.5, 2))  # warm-up; compiles the grammar
     rates: dict[float, list[float]] = {f: [] for f in FRACTIONS}

@@ -50,10 +50,11 @@ def run_generate(model_dir: str, tp: int, threads: int, num: int, prompt_tokens:
     """(In a fresh process.) Generate and time; tokens/s over the generate call only."""
     import torch
 
+    from bench.sim.baselines import PLAIN
     from engine import LLM, SamplingParams
 
     torch.set_num_threads(threads)
-    llm = LLM(model_dir, tensor_parallel_size=tp, num_kv_blocks=num * (
+    llm = LLM(model_dir, **PLAIN, tensor_parallel_size=tp, num_kv_blocks=num * (
         (prompt_tokens + max_tokens) // 16 + 2), max_num_seqs=num)
     prompts = [[3 + (i * 7 + j) % 4000 for j in range(prompt_tokens)] for i in range(num)]
     params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
@@ -70,13 +71,14 @@ def run_probes(model_dir: str, tp: int, threads: int) -> dict[str, Any]:
     """(In a fresh process.) The calibration probes at `tp`; the fit too when tp is 1."""
     import torch
 
+    from bench.sim.baselines import PLAIN
     from bench.support.calibrate import Probes, measure_steps, probe_config
     from bench.support.real_run import real_engine
     from bench.support.step_fit import fit_step_times, model_preset_for
 
     torch.set_num_threads(threads)
     probes = Probes(**PROBES)
-    config = probe_config({"dtype": "float32", "num_kv_blocks": 512,
+    config = probe_config({**PLAIN, "dtype": "float32", "num_kv_blocks": 512,
                            "tensor_parallel_size": tp}, probes)
     engine, recorder = real_engine(model_dir, config)
     samples = measure_steps(engine, recorder, probes)

@@ -15,13 +15,15 @@ from bench.support.measure import peak_rss_mb
 def run_agentix(model_dir: str, requests: Sequence[Request], config: dict[str, Any]
                 ) -> dict[str, Any]:
     """Greedy generation of every request with exactly its own output length (EOS ignored),
-    through the offline `LLM` with `config` overrides. Returns `tokens`, `seconds` (generate
+    through the offline `LLM` with `config` over `PLAIN` (the engine measured: FCFS, no prefix
+    cache). Returns `tokens`, `seconds` (generate
     only; loading and a 2-token warm-up excluded), `tokens_per_s`, `preemptions`
     and `peak_rss_mb` of this process. Uses 2 torch threads."""
+    from bench.sim.baselines import PLAIN
     from engine import LLM, SamplingParams
 
     torch.set_num_threads(2)
-    llm = LLM(model_dir, **config)
+    llm = LLM(model_dir, **{**PLAIN, **config})
     llm.generate([list(requests[0][0])], SamplingParams(max_tokens=2, ignore_eos=True))
     prompts = [list(p) for p, _ in requests]
     params = [SamplingParams(max_tokens=n, ignore_eos=True) for _, n in requests]

@@ -5,8 +5,10 @@ It starts ranks 1..N-1 (`WorkerPool`), joins them in one communicator, and holds
 worker, and runs it on rank 0; the ranks meet in the layers' collectives, and rank 0 samples
 from the gathered logits. Every rank builds the same KV cache spec (its share of the KV heads,
 the same number of blocks: `engine.kv_spec`), so the scheduler's block ids (and its swap
-copies) mean the same on every rank. Any error in a step stops the workers and is raised
-again: the engine cannot go on with ranks out of step. With `nnodes` > 1 the store listens on
+copies) mean the same on every rank. A worker that died, or any error in a step, breaks the
+executor for good (the engine cannot go on with ranks out of step): it kills its workers, tells
+the other nodes' agents to stop, and raises EngineBrokenError naming the dead worker (or the
+error), as does every later step, at once. With `nnodes` > 1 the store listens on
 `dist_init_addr`, this node starts only its own ranks, and the steps reach the other nodes'
 ranks through their agents (`engine.parallel.nodes`).
 On CPU each rank gets torch's thread count divided by N (rank 0's own count is set too).
@@ -19,12 +21,14 @@ import os
 import torch
 
 from engine.config import EngineConfig
+from engine.errors import EngineBrokenError
 from engine.executor import StepResult
 from engine.loader import ModelFiles
 from engine.model_runner import ModelRunner, rank_device
 from engine.parallel.comm import TIMEOUT_SECONDS, Communicator, listen_store
 from engine.parallel.layout import check_split
-from engine.parallel.nodes import NodeRelay, node_ranks, parse_dist_addr, publish_setup
+from engine.parallel.nodes import (EngineBroken, NodeRelay, node_ranks, parse_dist_addr,
+                                   publish_setup)
 from engine.parallel.setup import WorkerSetup
 from engine.parallel.workers import WorkerError, WorkerPool
 from engine.step_inputs import StepInputs
@@ -32,6 +36,9 @@ from kvcache.kv_tensor import KVCacheSpec
 from scheduler.plan import SchedulePlan
 
 HOST = "127.0.0.1"
+# After a failed step: how long to wait for a worker to be seen exited (one that broke the
+# step's collective by dying may not be reaped yet), to name it as the cause.
+DEATH_SECONDS = 1.0
 
 
 class TensorParallelExecutor:
@@ -55,6 +62,7 @@ class TensorParallelExecutor:
             WorkerSetup(config, rank, world, host, store.port, max_model_len, threads,
                         os.getpid(), local_rank=rank) for rank in local[1:]])
         self.relay: NodeRelay | None = None
+        self._broken: str | None = None  # why no step can run any more
         try:
             if config.nnodes > 1:
                 self.relay = NodeRelay(store, 0, config.nnodes)  # every node's agent joined
@@ -80,22 +88,44 @@ class TensorParallelExecutor:
         return self.pool.pids
 
     def execute(self, plan: SchedulePlan) -> StepResult:
+        """Run `plan` on every rank; EngineBrokenError (from the error) if a worker died or
+        the step failed, and at once once broken."""
+        if self._broken is not None:
+            raise EngineBrokenError(self._broken)
         step = StepInputs.of(plan, self.runner.block_size)
         try:
             self.pool.send(step)
             if self.relay is not None:
                 self.relay.send(step)
             return self.runner.run(step, plan)
-        except BaseException:
-            self.pool.kill()
-            self.relay = None  # broken: the other nodes stop when they see it
+        except Exception as exc:
+            raise EngineBrokenError(self._break(exc)) from exc
+        except BaseException as exc:
+            self._break(exc)
             raise
+
+    def _break(self, cause: BaseException) -> str:
+        """Stop every rank after a failed step (some may be stuck in a collective) and stay
+        broken; returns why: the first local worker found dead, else `cause`."""
+        dead = self.pool.first_exited(DEATH_SECONDS)
+        self._broken = dead or f"tensor-parallel step failed ({type(cause).__name__}: {cause})"
+        self.pool.kill()
+        self._stop_nodes(EngineBroken(self._broken))
+        return self._broken
+
+    def _stop_nodes(self, message: EngineBroken | None) -> None:
+        """Tell the other nodes' agents to stop (None: the engine closed), once; a relay that
+        broke (a node is gone) is dropped, which closes its connections."""
+        relay, self.relay = self.relay, None
+        if relay is not None:
+            try:
+                relay.send(message)
+            except RuntimeError:
+                pass
 
     def close(self) -> None:
         """Stop the workers, and the other nodes' (idempotent); the executor cannot run
         steps afterwards."""
         self.runner.close()
         self.pool.close()
-        if self.relay is not None:
-            relay, self.relay = self.relay, None
-            relay.send(None)
+        self._stop_nodes(None)

@@ -11,11 +11,13 @@ every step to them. Steps reach the nodes through a `NodeRelay`: a gloo group of
 process per node (rank 0 and the node agents) over the same store, in which rank 0
 broadcasts each pickled step. The ranks then meet in the model's collectives as on one node.
 
-Nothing is left behind: a node agent stops its workers and exits when rank 0 says stop (the
-engine closed), when the relay breaks (rank 0's node died) and on SIGTERM; its workers die
-with it; rank 0's next step fails when a node is gone (its collectives and the relay break),
-which stops its local workers (`TensorParallelExecutor`). The store and the relay trust the
-network they run on: `dist_init_addr` must be reachable by the cluster's nodes only.
+Nothing is left behind: a node agent stops its workers and exits when rank 0 says stop (None:
+the engine closed, status 0; `EngineBroken`: a rank died or a step failed, status 1), when
+the relay breaks (rank 0's node died), when one of its own workers died (at the next step,
+which rank 0 sends at least once a second while it serves) and on SIGTERM; its workers die
+with it. Rank 0's next step fails when a node is gone (its collectives and the relay break),
+which breaks its engine (`TensorParallelExecutor`). The store and the relay trust the network
+they run on: `dist_init_addr` must be reachable by the cluster's nodes only.
 """
 
 from __future__ import annotations
@@ -25,23 +27,30 @@ import os
 import pickle
 import signal
 import sys
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
+from scheduler.addresses import parse_address
+
 # Node agents wait for rank 0's next step for as long as the engine idles; a dead peer
-# breaks the group's connections at once, so no timeout is needed to notice it.
+# breaks the group's connections at once, and a broken engine says so (`EngineBroken`), so
+# no timeout is needed to notice either.
 RELAY_TIMEOUT = datetime.timedelta(days=365)
 SETUP_KEY = "agentix/engine-setup"
 
 
+@dataclass(frozen=True)
+class EngineBroken:
+    """Rank 0's last message to the node agents when its engine broke (`reason`)."""
+
+    reason: str
+
+
 def parse_dist_addr(text: str) -> tuple[str, int]:
     """`HOST:PORT` -> (HOST, PORT), ValueError naming dist_init_addr otherwise."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
-        raise ValueError(f"dist_init_addr must be HOST:PORT with a port in [1, 65535], got "
-                         f"{text!r}")
-    return host.strip("[]"), int(port)
+    return parse_address(text, "dist_init_addr")
 
 
 def check_nodes(world: int, nnodes: int, dist_init_addr: str | None) -> None:
@@ -130,12 +139,19 @@ def serve_node(node_rank: int, nnodes: int, world: int, dist_init_addr: str,
             if step is None:
                 status = 0
                 return status
+            if isinstance(step, EngineBroken):
+                _stopping(node_rank, f"the engine broke: {step.reason}")
+                return status
             pool.send(step)
-    except (RuntimeError, WorkerError) as exc:  # the relay broke: rank 0's node is gone
-        print(f"agentix node {node_rank}: stopping: {exc}", file=sys.stderr, flush=True)
+    except (RuntimeError, WorkerError) as exc:  # the relay broke, or a worker here died
+        _stopping(node_rank, str(exc))
         return status
     finally:
         if status == 0:
             pool.close()
         else:
             pool.kill()
+
+
+def _stopping(node_rank: int, why: str) -> None:
+    print(f"agentix node {node_rank}: stopping: {why}", file=sys.stderr, flush=True)

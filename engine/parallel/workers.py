@@ -6,9 +6,10 @@ loaded its shard, failing fast with the worker's error when one dies or reports 
 gives every worker the step rank 0 is about to run. `close` asks them to stop and kills any
 that do not within `STOP_SECONDS`; it also runs when the pool is garbage collected or the
 interpreter exits. `kill` stops them at once (after a failed step they may be stuck in a
-collective). A closed pool refuses `send` (WorkerError). A worker also dies with its parent
-(a crash or SIGKILL of rank 0): it has PR_SET_PDEATHSIG, watches its parent pid, and exits at
-the end of its stdin.
+collective). A closed pool refuses `send` (WorkerError), and so does a pool with a worker
+that died (WorkerError naming its rank, pid and status: `first_exited`). A worker also dies
+with its parent (a crash or SIGKILL of rank 0): it has PR_SET_PDEATHSIG, watches its parent
+pid, and exits at the end of its stdin.
 """
 
 from __future__ import annotations
@@ -53,10 +54,12 @@ def _reap(procs: Sequence[subprocess.Popen], graceful: bool = True) -> None:
 
 
 class WorkerPool:
-    """Ranks 1..world-1 of one engine (rank 0 is the engine's own process)."""
+    """One node's worker ranks of an engine: on node 0 ranks 1..world-1 (rank 0 is the
+    engine's own process), on another node all of that node's ranks."""
 
     def __init__(self, setups: Sequence[WorkerSetup]) -> None:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        self.ranks = [setup.rank for setup in setups]
         self.procs = [subprocess.Popen([sys.executable, "-m", "engine.parallel.worker"],
                                        stdin=subprocess.PIPE, env=env, start_new_session=True)
                       for _ in setups]
@@ -73,7 +76,7 @@ class WorkerPool:
         """Block until every worker rank r has set `<key>/<r>` in the store (`has_key`);
         WorkerError if one exits first or `timeout` seconds pass."""
         deadline = time.monotonic() + timeout
-        for rank, proc in enumerate(self.procs, start=1):
+        for rank, proc in zip(self.ranks, self.procs):
             while not has_key(f"{key}/{rank}"):
                 if proc.poll() is not None:
                     raise WorkerError(f"tensor-parallel worker rank {rank} exited with status "
@@ -84,19 +87,38 @@ class WorkerPool:
                 time.sleep(POLL_SECONDS)
 
     def send(self, step: StepInputs) -> None:
+        """Give every worker `step`; WorkerError if the pool is stopped or a worker died."""
         if self._stopped:
             raise WorkerError("tensor-parallel workers are stopped (the engine was closed or "
                               "a step failed); start a new engine")
+        dead = self.first_exited(0.0)
+        if dead is not None:
+            raise WorkerError(dead)
         for proc in self.procs:
             self._write(proc, step)
+
+    def first_exited(self, within: float) -> str | None:
+        """Who of the workers has exited, waiting up to `within` seconds for one to (a
+        worker that just broke a collective may not be reaped yet): "tensor-parallel worker
+        rank R (pid P) exited with status S" for the first found, None if all still run."""
+        deadline = time.monotonic() + within
+        while True:
+            for rank, proc in zip(self.ranks, self.procs):
+                if proc.poll() is not None:
+                    return (f"tensor-parallel worker rank {rank} (pid {proc.pid}) exited with "
+                            f"status {proc.returncode}")
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(POLL_SECONDS)
 
     def _write(self, proc: subprocess.Popen, message: object) -> None:
         try:
             pickle.dump(message, proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
             proc.stdin.flush()
         except (BrokenPipeError, OSError) as exc:
-            raise WorkerError(f"tensor-parallel worker pid {proc.pid} is gone "
-                              f"(status {proc.poll()})") from exc
+            raise WorkerError(self.first_exited(STOP_SECONDS)
+                              or f"tensor-parallel worker pid {proc.pid}: its stdin broke"
+                              ) from exc
 
     def close(self) -> None:
         """Stop every worker, gracefully (idempotent)."""

@@ -13,7 +13,7 @@
 
 A new policy is one `Policy` subclass in one new file, added to `POLICIES` below; code that
 only needs to run one (tests, experiments) can pass the class itself wherever a policy name
-is accepted (`EngineConfig.policy`, `make_policy`).
+is accepted (`EngineConfig.policy`, `make_policy`). `DEFAULT_POLICY` is the engine's default.
 """
 
 from __future__ import annotations
@@ -36,6 +36,10 @@ POLICIES = MappingProxyType({p.name: p for p in (FCFSPolicy, LASPolicy, MLFQPoli
 
 PolicySpec = str | type[Policy]
 
+# `EngineConfig.policy`'s default, here so that torch-free code (`agentix serve`'s parser)
+# reads it too: chosen on the steady-state tables of bench/RESULTS.md, "Learnt scheduling".
+DEFAULT_POLICY = GittinsPolicy.name
+
 
 def policy_name(spec: PolicySpec) -> str:
     """The name of a registered policy or of a Policy class (ValueError otherwise)."""
@@ -55,4 +59,5 @@ def make_policy(spec: PolicySpec) -> Policy:
     return spec() if isinstance(spec, type) else POLICIES[spec]()
 
 
-__all__ = ["POLICIES", "Policy", "PolicySpec", "Retention", "make_policy", "policy_name"]
+__all__ = ["DEFAULT_POLICY", "POLICIES", "Policy", "PolicySpec", "Retention", "make_policy",
+           "policy_name"]

@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -36,24 +36,28 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from scheduler.config import SchedulerConfig
 from scheduler.placement import DEFAULT_CUTOFF, DEFAULT_PLACEMENT
 from scheduler.placement.base import Placement
+from scheduler.addresses import format_address
 from scheduler.program_inference import ProgramInference
-from engine.text_codec import TextCodec
-from server.app import (HANDLER_GRACE, HEALTH_SERVICE_NAME, INFER_NEEDS_HTTP,
-                        MESSAGE_OVERHEAD_BYTES, HttpServer, bind_socket, format_address)
 from server.auth import RouterTrust, TokenAuth
-from server.handlers import add_service
-from server.limits import DEFAULT_DNS_REFRESH_SECONDS, DEFAULT_MAX_PROMPT_BYTES
-from server.prompts import PromptTokenizer
+from server.handlers import HEALTH_SERVICE_NAME, SERVICE_NAME, add_service
+from server.http_server import HANDLER_GRACE, INFER_NEEDS_HTTP, HttpServer, bind_socket
+from server.limits import (DEFAULT_DNS_REFRESH_SECONDS, DEFAULT_MAX_PROMPT_BYTES,
+                           MESSAGE_OVERHEAD_BYTES)
+from server.reasoning_parsers import reasoning_parser_class
+from server.reasoning_parsers.vocabulary import check_vocabulary
 from server.reflection import enable_reflection
+from server.response_store import ResponseLimits, ResponseStore
 from server.router.core import Router
 from server.router.discovery import Discovery, Resolver, parse_dns_name, resolve_dns
 from server.router.programs import RouterPrograms
 from server.router.prompts import RouterPrompts
 from server.router.service import RouterServicer
 from server.router.spawn import LocalReplicas
-from server.service import SERVICE_NAME
 from server.signals import StopSignals
 from server.tool_parsers import make_tool_parser
+
+if TYPE_CHECKING:
+    from server.prompts import PromptTokenizer
 
 log = logging.getLogger(__name__)
 EXPIRY_SECONDS = 1.0
@@ -63,7 +67,8 @@ LIVENESS_SERVICE = "liveness"  # health name that is SERVING while the router ru
 @dataclass(frozen=True)
 class RouterOptions:
     """A router's replicas (HOST:PORT, in index order) and/or `replicas_dns` names (NAME:PORT,
-    re-resolved every `dns_refresh_seconds` by `resolver`: server.router.discovery),
+    re-resolved every `dns_refresh_seconds` by `resolver`: server.router.discovery; the
+    `replicas` stay whatever they resolve to),
     placement policy (a registered name,
     see scheduler.placement, with its `cutoff` and its `placement_options`, (name, value)
     pairs; or a Placement object), where it listens,
@@ -75,10 +80,13 @@ class RouterOptions:
     the replicas' policy from ModelInfo). `http_port` (None: not served, 0: a free one)
     serves the OpenAI door, which needs `model` (its tokenizer renders chats: with
     `chat_template`, the replicas' own), names the model `served_model_name` (default: the
-    replicas' model directory's name) and parses tool calls with `tool_call_parser` (None:
-    "auto" tool choice refused); `infer_programs` (needs `http_port`) has it infer the
-    program of a chat request that names none from its messages, for the TTL of
-    `scheduler`. `metrics_port` (None: not served, 0: a free one) serves
+    replicas' model directory's name), parses tool calls with `tool_call_parser` (None:
+    "auto" tool choice refused) and reasoning with `reasoning_parser` (None: off; it needs
+    `model`, whose tokenizer must have the format's markers: ValueError naming it at start
+    otherwise) and keeps stored Responses within `responses` (TTL default: `scheduler`'s
+    program TTL); `infer_programs` (needs `http_port`) has it infer the program of a chat
+    request that names none from its messages, for the TTL of `scheduler`.
+    `metrics_port` (None: not served, 0: a free one) serves
     the router's /metrics and /health alone; the OpenAI door serves /metrics too."""
 
     replicas: tuple[str, ...]
@@ -96,6 +104,8 @@ class RouterOptions:
     chat_template: str | None = None
     served_model_name: str | None = None
     tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
+    responses: ResponseLimits = ResponseLimits()
     infer_programs: bool = False
     auth_tokens: dict[str, str] | None = field(default=None, repr=False)
     router_token: str | None = field(default=None, repr=False)
@@ -127,6 +137,11 @@ class RouterOptions:
             make_tool_parser(self.tool_call_parser)  # ValueError naming the supported ones
         if self.infer_programs and self.http_port is None:
             raise ValueError(INFER_NEEDS_HTTP)
+        if self.reasoning_parser is not None:
+            reasoning_parser_class(self.reasoning_parser)  # ValueError naming the supported
+            if self.model is None:
+                raise ValueError("reasoning_parser: needs model (its tokenizer must have the "
+                                 "format's markers)")
         if self.grace < 0:
             raise ValueError(f"grace: must be >= 0, got {self.grace}")
         if not self.ready_timeout >= 0:
@@ -169,6 +184,12 @@ class RunningRouter:
                                         options.placement_options)
         self.prompts = RouterPrompts(options.model, options.max_prompt_bytes,
                                      options.chat_template)
+        if options.reasoning_parser is not None:
+            try:
+                check_vocabulary(options.reasoning_parser, self.prompts.tokenizer)
+            except ValueError as exc:
+                self.prompts.close()
+                raise ValueError(f"reasoning_parser: {exc}") from None
         self.router: Router | None = None  # made on the loop (grpc.aio channels belong to it)
         self.servicer: RouterServicer | None = None
         self._loop = asyncio.new_event_loop()
@@ -267,8 +288,11 @@ class RunningRouter:
         await self._health.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
 
     async def _start_http(self) -> None:
-        """The OpenAI door on this loop, sized by the first replica's ModelInfo."""
+        """The OpenAI door on this loop, sized by the first replica's ModelInfo (it imports
+        the engine's text codec, and so torch: only a router with a door does)."""
+        from engine.text_codec import TextCodec
         from server.openai_app import build_app
+        from server.prompts import PromptTokenizer
         from server.router.http_backend import RouterBackend
         from server.router.metrics import add_router_metrics
 
@@ -279,7 +303,10 @@ class RunningRouter:
                      if self.options.infer_programs else None)
         app = build_app(RouterBackend(self.servicer), self._door_prompts, self.servicer.auth,
                         self.options.served_model_name or info.model, info.max_model_len,
-                        self.options.tool_call_parser, inference=inference)
+                        ResponseStore(self.options.responses,
+                                      self.options.scheduler.program_ttl),
+                        self.options.tool_call_parser,
+                        reasoning_parser=self.options.reasoning_parser, inference=inference)
         self.http_address = await self._serve_http("http", add_router_metrics(app,
                                                                               self.router))
 

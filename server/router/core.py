@@ -21,9 +21,8 @@ from typing import Sequence
 
 import grpc
 
-from engine.errors import UnknownProgramError
 from scheduler.placement.base import CallOutcome, Placement, PlacementRequest, ReplicaLoad
-from scheduler.process_table import ProgramRecord
+from scheduler.process_table import ProgramRecord, UnknownProgramError
 from server import agentix_pb2 as pb
 from server.auth import ROUTER_TOKEN_HEADER
 from server.errors import ServerError
@@ -51,22 +50,35 @@ class CallPhase(enum.Enum):
     FORWARDED = "forwarded"  # forwarded; nothing relayed yet, so it may still be retried
     STREAMING = "streaming"  # part of it reached the client: never retried from here
     DONE = "done"            # its final message was relayed
+    ABORTED = "aborted"      # ended here by the client's Abort, with no replica's final
 
 
 PHASE_MOVES = {
-    CallPhase.PLACING: {CallPhase.STARTING, CallPhase.FORWARDED},
-    CallPhase.STARTING: {CallPhase.FORWARDED, CallPhase.PLACING},
-    CallPhase.FORWARDED: {CallPhase.STREAMING, CallPhase.DONE, CallPhase.PLACING},
-    CallPhase.STREAMING: {CallPhase.STREAMING, CallPhase.DONE},
+    CallPhase.PLACING: {CallPhase.PLACING, CallPhase.STARTING, CallPhase.FORWARDED,
+                        CallPhase.ABORTED},
+    CallPhase.STARTING: {CallPhase.FORWARDED, CallPhase.PLACING, CallPhase.ABORTED},
+    CallPhase.FORWARDED: {CallPhase.STREAMING, CallPhase.DONE, CallPhase.PLACING,
+                          CallPhase.ABORTED},
+    CallPhase.STREAMING: {CallPhase.STREAMING, CallPhase.DONE, CallPhase.ABORTED},
     CallPhase.DONE: set(),
+    CallPhase.ABORTED: set(),
 }
+# The moves that put a call on a replica: an aborted call makes none of them.
+TOWARDS_A_REPLICA = frozenset({CallPhase.PLACING, CallPhase.STARTING, CallPhase.FORWARDED})
+
+
+class CallAborted(Exception):
+    """The client aborted the call before it was (again) on a replica: it is now ABORTED."""
 
 
 @dataclass(eq=False)
 class RoutedCall:
     """A call in flight through the router: its `phase`, the replica it was last placed on,
     its current attempt (None between attempts), its final message once relayed, and
-    whether the client aborted it."""
+    whether the client aborted it.
+
+    The relay moves the phase; an Abort only marks the call (`abort()`), and the relay's
+    next move reads the mark, so an Abort between any two awaits takes effect."""
 
     call_id: str
     phase: CallPhase = CallPhase.PLACING
@@ -81,18 +93,32 @@ class RoutedCall:
         return self.phase in (CallPhase.STREAMING, CallPhase.DONE)
 
     def move(self, phase: CallPhase) -> None:
-        """Go to `phase`; RuntimeError (a router bug) for a move PHASE_MOVES does not allow."""
+        """Go to `phase`; RuntimeError (a router bug) for a move PHASE_MOVES does not allow.
+        An aborted call's move towards a replica (TOWARDS_A_REPLICA) goes to ABORTED
+        instead and raises CallAborted: it is never (again) placed, started or forwarded."""
         if phase not in PHASE_MOVES[self.phase]:
             raise RuntimeError(f"call {self.call_id}: {self.phase.value} -> {phase.value} "
                                f"is not a call's move")
+        if self.aborted and phase in TOWARDS_A_REPLICA:
+            self.phase = CallPhase.ABORTED
+            raise CallAborted(self.call_id)
         self.phase = phase
+
+    def abort(self) -> bool:
+        """The client's Abort: False when it has ended or was aborted already; else it is
+        marked (see `move`) and, when it is on a replica (`attempt`), the caller aborts it
+        there."""
+        if self.aborted or self.phase in (CallPhase.DONE, CallPhase.ABORTED):
+            return False
+        self.aborted = True
+        return True
 
 
 class Router:
     """See the module docstring. `tokens` (token -> tenant) is the auth token file, None
     with auth off; `router_token` is sent to the replicas with every forwarded call.
-    `discovered`: the replica set comes from `set_addresses` (DNS discovery), so it may
-    start empty.
+    `discovered`: the replica set also follows `set_addresses` (DNS discovery), so it may
+    start empty; `addresses` are static replicas then, which it never removes.
 
     A replica's index is its slot in `replicas`, which never shrinks: a retired replica's
     slot is taken by the next new address once its channel is closed."""
@@ -112,6 +138,7 @@ class Router:
             self._tenant_tokens.setdefault(tenant, token)
         self._own = (("authorization", f"Bearer {next(iter(tokens))}"),) if tokens else ()
         self._poll_seconds = poll_seconds
+        self._static = tuple(addresses)
         self.replicas = [self._replica(i, address) for i, address in enumerate(addresses)]
         self.calls: dict[str, RoutedCall] = {}  # inner call id -> in flight
         # Failover counters: calls retried transparently (nothing streamed yet), and calls
@@ -154,12 +181,13 @@ class Router:
                 replica.start()
 
     async def set_addresses(self, addresses: Sequence[str]) -> None:
-        """Make the replica set exactly `addresses` (the first MAX_REPLICAS, in order):
-        replicas no longer named retire (no new call; calls in flight go on), retired ones
-        with no call left are closed, named ones not in the set join: a retired replica of
-        the same address rejoins, else a new one takes the first closed slot or a new
-        index. Joining replicas take calls from their first SERVING answer."""
-        wanted = list(dict.fromkeys(addresses))
+        """Make the replica set the static replicas (the router's own `addresses`, never
+        removed) followed by the discovered `addresses` (the first MAX_REPLICAS of both, in
+        order): replicas no longer named retire (no new call; calls in flight go on),
+        retired ones with no call left are closed, named ones not in the set join: a
+        retired replica of the same address rejoins, else a new one takes the first closed
+        slot or a new index. Joining replicas take calls from their first SERVING answer."""
+        wanted = list(dict.fromkeys((*self._static, *addresses)))
         if len(wanted) > MAX_REPLICAS:
             log.warning("discovery: %d replicas, routing to the first %d", len(wanted),
                         MAX_REPLICAS)

@@ -3,9 +3,10 @@ behind NAME (a Kubernetes headless Service names one per ready pod) and re-resol
 `refresh_seconds`.
 
 Each refresh resolves every name and hands the union of their addresses to
-`Router.set_addresses`: new addresses join (taking calls from their first SERVING answer),
-vanished ones retire (no new call; their calls in flight go on, and a replica that is really
-gone fails them over as any lost replica does). A name that fails to resolve keeps its last
+`Router.set_addresses`, which keeps the router's static replicas (`--replica`) beside them
+whatever the names resolve to: new addresses join (taking calls from their first SERVING
+answer), vanished ones retire (no new call; their calls in flight go on, and a replica that
+is really gone fails them over as any lost replica does). A name that fails to resolve keeps its last
 addresses, so a DNS hiccup never empties the router. The resolver is injectable (tests
 script it): `resolve(host, port)` returns the `HOST:PORT` addresses behind the name.
 """
@@ -17,7 +18,7 @@ import logging
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 
-from server.app import format_address
+from scheduler.addresses import format_address, parse_address
 from server.limits import DEFAULT_DNS_REFRESH_SECONDS
 from server.router.core import Router
 
@@ -26,12 +27,8 @@ Resolver = Callable[[str, int], Awaitable[list[str]]]
 
 
 def parse_dns_name(text: str) -> tuple[str, int]:
-    """`NAME:PORT` -> (NAME, PORT); ValueError naming the text otherwise."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
-        raise ValueError(f"replicas-dns: expected NAME:PORT with a port in [1, 65535], got "
-                         f"{text!r}")
-    return host, int(port)
+    """`NAME:PORT` -> (NAME, PORT); ValueError naming replicas-dns otherwise."""
+    return parse_address(text, "replicas-dns", "NAME:PORT")
 
 
 async def resolve_dns(host: str, port: int) -> list[str]:
@@ -42,8 +39,9 @@ async def resolve_dns(host: str, port: int) -> list[str]:
 
 
 class Discovery:
-    """Keeps `router`'s replica set equal to what `names` resolve to (see the module
-    docstring). `refresh()` resolves once; `run()` refreshes until cancelled."""
+    """Keeps `router`'s replica set equal to its static replicas plus what `names` resolve
+    to (see the module docstring). `refresh()` resolves once; `run()` refreshes until
+    cancelled."""
 
     def __init__(self, router: Router, names: Sequence[str], resolve: Resolver = resolve_dns,
                  refresh_seconds: float = DEFAULT_DNS_REFRESH_SECONDS) -> None:

@@ -18,6 +18,11 @@ its replica ends the stream with UNAVAILABLE, saying the replica was lost mid-st
 client library's `retries` option re-sends it with the same id). Any other error of the
 replica (INVALID_ARGUMENT, NOT_FOUND, RESOURCE_EXHAUSTED, ...) is relayed as it is.
 A client that cancels its stream cancels the forwarded call, which the replica aborts.
+
+Abort (service.py) marks the call; the call's next move towards a replica (placing it,
+starting its program, forwarding it) ends it ABORTED instead (core.RoutedCall.move), so an
+Abort between any two awaits is never lost; a call already forwarded is aborted on its
+replica, or its forwarded call is cut when the replica does not know it yet.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import grpc
 
 from scheduler.placement.base import PlacementRequest
 from server import agentix_pb2 as pb
-from server.router.core import CallPhase, RoutedCall, Router
+from server.router.core import CallAborted, CallPhase, RoutedCall, Router
 from server.router.replica import Replica
 from server.router.prompts import PromptShape
 from server.wire import SHUTDOWN
@@ -62,31 +67,36 @@ async def relay(router: Router, forward: pb.GenerateRequest, metadata: list[tupl
     """Yield the call's responses from whichever replica serves it (see the module
     docstring), moving `routed` through its phases (core.CallPhase): PLACING -> (STARTING
     ->) FORWARDED -> STREAMING -> DONE, back to PLACING after a retryable failure before
-    anything was relayed. Raises NoReplicaError (core), LostMidStream, or the replica's
+    anything was relayed. A call the client aborted ends ABORTED, with no final message
+    yielded (the caller sends one), when no replica had it or its forwarded call was cut
+    for the Abort. Raises NoReplicaError (core), LostMidStream, or the replica's
     AioRpcError to relay."""
     excluded: set[int] = set()
     restarted: set[int] = set()  # replicas the program was started on again (NOT_FOUND)
-    while not routed.aborted:
-        routed_program = (router.programs.routed.get(program_id)
-                          if program_id is not None else None)
-        barred = routed_program.barred if routed_program is not None else set()
-        replica = router.place(placement, excluded | barred)
-        routed.replica = replica.index
-        try:
-            if program_id is not None:
-                await _start_program(router, routed, program_id, replica, metadata)
-            routed.move(CallPhase.FORWARDED)
-            async for response in _attempt(router, forward, metadata, shape, placement,
-                                           routed, replica, program_id):
-                yield response
-            return
-        except _Retry as retry:
-            if retry.forgotten:
-                _forgotten(router, program_id, replica.index, restarted)
-            else:
-                excluded.add(replica.index)
-                router.retried += 1
-            routed.move(CallPhase.PLACING)
+    try:
+        while True:
+            routed.move(CallPhase.PLACING)  # first, or again after a _Retry
+            routed_program = (router.programs.routed.get(program_id)
+                              if program_id is not None else None)
+            barred = routed_program.barred if routed_program is not None else set()
+            replica = router.place(placement, excluded | barred)
+            routed.replica = replica.index
+            try:
+                if program_id is not None:
+                    await _start_program(router, routed, program_id, replica, metadata)
+                routed.move(CallPhase.FORWARDED)
+                async for response in _attempt(router, forward, metadata, shape, placement,
+                                               routed, replica, program_id):
+                    yield response
+                return
+            except _Retry as retry:
+                if retry.forgotten:
+                    _forgotten(router, program_id, replica.index, restarted)
+                else:
+                    excluded.add(replica.index)
+                    router.retried += 1
+    except CallAborted:  # a move found the call aborted: it is ABORTED
+        return
 
 
 async def _start_program(router: Router, routed: RoutedCall, program_id: str,
@@ -130,10 +140,16 @@ async def _attempt(router: Router, forward: pb.GenerateRequest,
                 raise LostMidStream(replica)
             raise _Retry()
     except asyncio.CancelledError:
-        # grpc.aio raises this for a call cancelled here: by the health check when the
-        # replica was lost (retry or fail it), or by our own task's cancellation.
+        # grpc.aio raises this for a call cancelled here: by the client's Abort when its
+        # replica could not abort it (service.py), by the health check when the replica
+        # was lost (retry or fail it), or by our own task's cancellation.
         task = asyncio.current_task()
-        if not attempt.lost or (task is not None and task.cancelling()):
+        if task is not None and task.cancelling():
+            raise
+        if routed.aborted:
+            routed.move(CallPhase.ABORTED)
+            return
+        if not attempt.lost:
             raise
         if routed.streamed:
             raise LostMidStream(replica) from None

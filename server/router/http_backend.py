@@ -26,6 +26,7 @@ from server.calls import CallRequest
 from server.door_backend import Headers
 from server.namespace import Namespace
 from server.router.service import RouterServicer
+from server.wire import program_info
 
 
 class RouterBackend:
@@ -67,13 +68,13 @@ class RouterBackend:
         self.servicer.admit_program(ns, ns.outer(program_id), ns.tenant, program_class)
 
     async def get_program(self, ns: Namespace, program_id: str) -> pb.ProgramInfo:
-        return convert.program_info(self.router.programs.get(program_id), ns.outer)
+        return program_info(self.router.programs.get(program_id), ns.outer)
 
     async def end_program(self, ns: Namespace, program_id: str,
                           headers: Headers) -> pb.ProgramInfo:
         record = await self.router.end_program(program_id, False,
                                                self.router.forwarded(headers))
-        return convert.program_info(record, ns.outer)
+        return program_info(record, ns.outer)
 
 
 class RoutedItems:

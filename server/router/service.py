@@ -6,8 +6,10 @@ placed there, and ended on every replica it was started on. `ProgramInfo.engine`
 replica (index in `--replica` order) of the program's latest call; `swap_time` is summed
 from the replicas when the program ends. Generate places and relays (generate.py), with the
 client's fields as sent: `ttft_slo_seconds` (checked here first) counts from the call's
-arrival on the replica that runs it, so a transparent retry starts it afresh. Abort is
-routed to the replica that has the call. ModelInfo is a replica's. EngineStats sums the
+arrival on the replica that runs it, so a transparent retry starts it afresh. Abort takes
+effect whenever it arrives before the call's final message: a call on no replica yet is
+never forwarded, one forwarded is aborted on its replica (or cut, while in transit), and
+the call ends with finish reason "abort". ModelInfo is a replica's. EngineStats sums the
 healthy replicas' figures (queue_depths elementwise; kv and host totals too, so a router
 of N replicas shows N pools), except `programs_active`, the router's own count (a program
 lives on every replica it used), and lists the top programs of the router's records.
@@ -23,24 +25,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from typing import AsyncIterator, Iterable, NoReturn
 
 import grpc
 
-from engine.errors import UnknownProgramError
-from engine.llm_engine import check_ttft_slo
-from scheduler.ids import check_id
+from scheduler.deadlines import check_ttft_slo
+from scheduler.ids import DuplicateCallError, check_id
 from scheduler.placement.base import PlacementRequest
+from scheduler.process_table import UnknownProgramError
 from server import agentix_pb2 as pb
-from server import convert
 from server.auth import RouterTrust, TokenAuth
 from server.errors import DrainingError, RelayedError, abort_for
 from server.namespace import Namespace, caller_namespace, new_id
-from server.router.core import NoReplicaError, RoutedCall, Router
+from server.request_checks import (check_program_class, check_thread, checked_priority,
+                                   top_programs)
+from server.router.core import CallPhase, NoReplicaError, RoutedCall, Router
 from server.router.generate import LostMidStream, relay
 from server.router.prompts import RouterPrompts
-from server.service import check_program_class, checked_priority
+from server.wire import optional, program_info
 
+log = logging.getLogger(__name__)
 REPLICA_TIMEOUT = 10.0  # unary calls forwarded to a replica
 _SCALARS = tuple(f.name for f in pb.EngineStatsResponse.DESCRIPTOR.fields
                  if f.message_type is None and not f.is_repeated)
@@ -101,7 +106,7 @@ class RouterServicer:
             inner = ns.inner("program_id", request.program_id)
             record = await router.end_program(inner, request.failed,
                                               router.forwarded(context.invocation_metadata()))
-            return convert.program_info(record, ns.outer)
+            return program_info(record, ns.outer)
         except Exception as exc:
             await self._fail(context, ns.outer_error(exc))
 
@@ -110,7 +115,7 @@ class RouterServicer:
         ns = await self._namespace(context)
         try:
             inner = ns.inner("program_id", request.program_id)
-            return convert.program_info(self.router.programs.get(inner), ns.outer)
+            return program_info(self.router.programs.get(inner), ns.outer)
         except Exception as exc:
             await self._fail(context, ns.outer_error(exc))
 
@@ -157,8 +162,8 @@ class RouterServicer:
         call_id = request.call_id or new_id("call")
         inner_call = ns.inner("call_id", call_id)
         if request.thread_id:
-            check_id("thread_id", request.thread_id)
-        check_ttft_slo(convert.optional(request, "ttft_slo_seconds"))  # forwarded as is
+            check_thread(request.thread_id)
+        check_ttft_slo(optional(request, "ttft_slo_seconds"))  # forwarded as is
         program_id = (ns.inner("program_id", request.program_id)
                       if request.program_id else None)
         if program_id is not None:
@@ -167,7 +172,7 @@ class RouterServicer:
             raise NoReplicaError("no replica has answered yet")
         shape = await self.prompts.shape(request, router.block_size())
         if inner_call in router.calls:
-            raise _duplicate(call_id)
+            raise DuplicateCallError(call_id)
         forward = pb.GenerateRequest()
         forward.CopyFrom(request)
         forward.call_id = call_id
@@ -200,7 +205,7 @@ class RouterServicer:
                                                     usage.completion_tokens)
                         record = None  # folded before the client sees the final message
                     yield response
-            if routed.aborted and routed.final is None:
+            if routed.phase is CallPhase.ABORTED:
                 yield pb.GenerateResponse(call_id=call_id, final=pb.Final(
                     finish_reason="abort", usage=pb.Usage(prompt_tokens=shape.num_tokens)))
         except LostMidStream as exc:
@@ -231,19 +236,34 @@ class RouterServicer:
         except ValueError as exc:
             await self._fail(context, exc)
         routed = self.router.calls.get(inner)
-        if routed is None or routed.aborted:
+        if routed is None or not routed.abort():
             return pb.AbortResponse(aborted=False)
-        attempt = routed.attempt
-        if attempt is None:  # between two attempts: the relay stops before the next
-            routed.aborted = True
+        if routed.attempt is None:  # on no replica: its next move ends it (RoutedCall.move)
             return pb.AbortResponse(aborted=True)
-        replica = self.router.replicas[attempt.replica]
+        return pb.AbortResponse(aborted=await self._abort_forwarded(
+            routed, request, self.router.forwarded(context.invocation_metadata())))
+
+    async def _abort_forwarded(self, routed: RoutedCall, request: pb.AbortRequest,
+                               metadata: list[tuple[str, str]]) -> bool:
+        """Abort `routed` (marked aborted, on a replica): there, so its final message
+        says "abort"; or, when its replica does not know it while nothing of it came back
+        (in transit) or cannot be asked, by cancelling the forwarded call (the replica
+        aborts it if it arrives; the relay ends it ABORTED). False when it finished there
+        (its final message is on its way)."""
+        attempt = routed.attempt
         try:
-            return await replica.stub.Abort(
-                request, metadata=tuple(self.router.forwarded(context.invocation_metadata())),
-                timeout=REPLICA_TIMEOUT)
+            reply = await self.router.replicas[attempt.replica].stub.Abort(
+                request, metadata=tuple(metadata), timeout=REPLICA_TIMEOUT)
+            if reply.aborted:
+                return True
+            cut = routed.phase is CallPhase.FORWARDED
         except grpc.aio.AioRpcError as exc:
-            await self._fail(context, exc)
+            log.info("call %s: its replica did not take the Abort (%s): cut here",
+                     routed.call_id, exc.code().name)
+            cut = routed.phase in (CallPhase.FORWARDED, CallPhase.STREAMING)
+        if cut:
+            attempt.call.cancel()
+        return cut or routed.phase is CallPhase.ABORTED
 
     # ----- the engines ------------------------------------------------------------------
     async def ModelInfo(self, request: pb.ModelInfoRequest,
@@ -258,7 +278,7 @@ class RouterServicer:
                           context: grpc.aio.ServicerContext) -> pb.EngineStatsResponse:
         ns = await self._namespace(context)
         try:
-            limit = convert.top_programs(request)
+            limit = top_programs(request)
         except ValueError as exc:
             await self._fail(context, exc)
         replies = await asyncio.gather(*(
@@ -279,7 +299,7 @@ class RouterServicer:
                     depths.append(depth)
         total.queue_depths.extend(depths)
         total.programs_active = len(self.router.programs.table)  # not once per replica
-        total.top_programs.extend(convert.program_info(r, ns.outer)
+        total.top_programs.extend(program_info(r, ns.outer)
                                   for r in self.router.programs.top(limit, ns.tenant))
         return total
 
@@ -289,9 +309,3 @@ class RouterServicer:
         await self._namespace(context)
         await context.abort(grpc.StatusCode.UNIMPLEMENTED,
                             "CacheEvents: a router has no cache of its own; ask its replicas")
-
-
-def _duplicate(call_id: str) -> Exception:
-    from engine.errors import DuplicateCallError
-
-    return DuplicateCallError(call_id)

@@ -3,13 +3,15 @@ from its start, after optional whitespace and an optional `<|python_tag|>`:
 
     <|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}; {"name": ...}
 
-Each call is one JSON object with a non-empty string `name` and exactly one of `parameters` or
-`arguments` holding an object (other keys ignored); calls are separated by `;` with optional
-whitespace around it. An output that does not begin with a call that way is all content,
-whitespace and tag included. After the last call, whitespace and one `;` are dropped; anything
-else there is content, from just past the call (separator included). Streaming sends each call
-as soon as its object closes, and holds back the start of the output, and the text after a
-call, until its kind is known (an object that never closes is held to the end).
+Each call is one JSON object read as a `CallObject` with the arguments keys `parameters` and
+`arguments` (the first present counts); calls are separated by `;` with optional whitespace
+around it. An output that does not begin with a call that way is all content, whitespace and
+tag included; an object that turns out to be no call before its name is known is content,
+from just past the previous call (separator included) or from the start. A call opens once
+its name is known and its arguments stream as written; an object the output ends inside is
+a call with the arguments written so far. After the last call, whitespace and one `;` are
+dropped; anything else there is content, from just past the call. Streaming holds back the
+start of the output, and the text after a call, until its kind is known.
 """
 
 from __future__ import annotations
@@ -17,9 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from enum import Enum
 
-from server.tool_parsers.base import FunctionCall, ToolParser, new_call_id
-from server.tool_parsers.json_calls import function_call
-from server.tool_parsers.text_scan import object_end
+from server.tool_parsers.base import FunctionCall, PartialCall, Piece, ToolParser, new_call_id
+from server.tool_parsers.call_object import CallObject
 
 TAG = "<|python_tag|>"
 ARGUMENT_KEYS = ("parameters", "arguments")
@@ -27,6 +28,7 @@ ARGUMENT_KEYS = ("parameters", "arguments")
 
 class _Place(Enum):
     START = "start"  # nothing decided yet
+    CALL = "call"  # inside a call object
     AFTER_CALL = "after_call"  # just past a call's closing brace
     CONTENT = "content"  # everything from here on is content
 
@@ -42,11 +44,27 @@ class Llama3JsonToolParser(ToolParser):
     def __init__(self, make_id: Callable[[], str] = new_call_id) -> None:
         super().__init__(make_id)
         self._place = _Place.START
+        self._call = CallObject(ARGUMENT_KEYS)
+        self._raw = ""  # text read since the last call while the next one's name is unknown
 
-    def _scan(self, text: str, final: bool) -> tuple[list[str | FunctionCall], int]:
-        pieces: list[str | FunctionCall] = []
+    def _scan(self, text: str, final: bool) -> tuple[list[Piece], int]:
+        pieces: list[Piece] = []
         done = 0
         while self._place is not _Place.CONTENT:
+            if self._place is _Place.CALL:
+                done = self._read(text, done)
+                if self._place is _Place.CALL and not final:
+                    if self._call.name is not None:
+                        pieces.append(PartialCall(self._call.name, self._call.arguments))
+                    return pieces, done
+                if self._call.name is None:
+                    self._place = _Place.CONTENT  # no call: content from the raw text on
+                    pieces.append(self._raw)
+                    continue
+                pieces.append(FunctionCall(self._call.name, self._call.final_arguments()))
+                if self._place is _Place.CALL:  # cut by the end of the output
+                    return pieces, len(text)
+                continue
             if final and self._place is _Place.AFTER_CALL and _only_separator(text, done):
                 return pieces, len(text)
             step = self._next_call(text, done, final)
@@ -55,15 +73,25 @@ class Llama3JsonToolParser(ToolParser):
             if step is _Step.CONTENT:
                 self._place = _Place.CONTENT
             else:
-                call, done = step
-                pieces.append(call)
-                self._place = _Place.AFTER_CALL
+                self._raw, done = text[done:step], step
+                self._call, self._place = CallObject(ARGUMENT_KEYS), _Place.CALL
         pieces.append(text[done:])
         return pieces, len(text)
 
-    def _next_call(self, text: str, done: int, final: bool) -> tuple[FunctionCall, int] | _Step:
-        """The call at `done` (after what may lead it: whitespace and the tag at the start, a
-        `;` after a call) and the index past it, or the step to take when there is none."""
+    def _read(self, text: str, done: int) -> int:
+        """Feed the rest of `text` to the call object; return the index reached."""
+        at = self._call.feed(text, done, len(text))
+        self._raw = self._raw + text[done:at] if self._call.name is None else ""
+        if self._call.failed:
+            self._place = _Place.CONTENT
+        elif self._call.done:
+            self._place = _Place.AFTER_CALL
+        return at
+
+    def _next_call(self, text: str, done: int, final: bool) -> int | _Step:
+        """The index of the `{` that begins the next call (after what may lead it:
+        whitespace and the tag at the start, a `;` after a call), or the step to take when
+        there is none."""
         at = _skip_space(text, done)
         if self._place is _Place.START:
             if text.startswith(TAG, at):
@@ -76,13 +104,7 @@ class Llama3JsonToolParser(ToolParser):
             return _Step.CONTENT  # a call must be led by `;`
         if at == len(text):
             return _Step.CONTENT if final else _Step.WAIT
-        if text[at] != "{":
-            return _Step.CONTENT
-        end = object_end(text, at)
-        if end is None:
-            return _Step.CONTENT if final else _Step.WAIT
-        call = function_call(text[at:end], ARGUMENT_KEYS)
-        return _Step.CONTENT if call is None else (call, end)
+        return at if text[at] == "{" else _Step.CONTENT
 
 
 def _skip_space(text: str, at: int) -> int:

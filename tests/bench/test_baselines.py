@@ -1,20 +1,24 @@
 import pytest
 
-from bench.sim.baselines import BASELINES, engine_config_for
+from bench.sim.baselines import BASELINES, DEFAULTS, engine_config_for
+from engine.config import EngineConfig
 
 OPTIMIZED = dict(enable_chunked_prefill=True, enable_prefix_caching=True, multistep=4)
+NO_DEADLINE = dict(ttft_slo_tokens=None)
 
 
 def scheduling(policy, memory):
-    return dict(policy=policy, preemption_mode="auto", kv_memory=memory, **OPTIMIZED)
+    return dict(policy=policy, preemption_mode="auto", kv_memory=memory, **OPTIMIZED,
+                **NO_DEADLINE)
 
 
 def test_baselines_come_from_the_policy_registry_plus_the_ablations():
     assert {name: dict(fields) for name, fields in BASELINES.items()} == {
         "vllm": dict(policy="fcfs", preemption_mode="recompute", kv_memory="lru",
-                     enable_chunked_prefill=False, enable_prefix_caching=False, multistep=1),
+                     enable_chunked_prefill=False, enable_prefix_caching=False, multistep=1,
+                     **NO_DEADLINE),
         "optimized": dict(policy="fcfs", preemption_mode="recompute", kv_memory="lru",
-                          **OPTIMIZED),
+                          **OPTIMIZED, **NO_DEADLINE),
         "optimized-mem": scheduling("fcfs", "program"),
         "las": scheduling("las", "lru"),
         "mlfq": scheduling("mlfq", "lru"),
@@ -45,6 +49,21 @@ def test_engine_config_layers_common_baseline_fields_then_overrides():
     assert (config["block_size"], config["dtype"]) == (16, "bfloat16")
     bare = engine_config_for("fcfs")  # a bare policy name: the engine's own kv_memory
     assert "kv_memory" not in bare and bare["preemption_mode"] == "auto"
+    assert (bare["enable_prefix_caching"], bare["ttft_slo_tokens"]) == (False, None)
+
+
+def test_defaults_is_the_engine_config_on_the_common_sizes():
+    config = engine_config_for(DEFAULTS, {"max_num_seqs": 8})
+    default = EngineConfig()
+    assert config == dict(
+        block_size=16, max_num_seqs=8, max_num_batched_tokens=8192, service_mode="time",
+        dtype="bfloat16", policy=default.policy,
+        enable_prefix_caching=default.enable_prefix_caching,
+        enable_chunked_prefill=default.scheduler.enable_chunked_prefill,
+        preemption_mode=default.scheduler.preemption_mode,
+        kv_memory=default.scheduler.kv_memory, multistep=default.scheduler.multistep,
+        ttft_slo_tokens=default.scheduler.ttft_slo_tokens)
+    assert DEFAULTS not in BASELINES  # sweeps and capacity runs compare the baselines only
 
 
 def test_engine_config_rejects_unknown_policies_and_fields():

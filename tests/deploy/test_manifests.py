@@ -434,3 +434,32 @@ def test_dockerfile_copies_the_project_and_drops_root(path):
             assert context["runAsNonRoot"] and context["runAsUser"] == uid
     ignore = (path.parent / f"{path.name}.dockerignore").read_text().split()
     assert ".venv" in ignore and ".git" in ignore
+
+
+# What a deployment sizes for its machines; every other engine field keeps EngineConfig's
+# default (README, "One set of defaults"): a policy, prefix cache, KV memory, preemption or
+# first-token deadline set here would be a second set of defaults.
+SIZING = frozenset({"model", "device", "dtype", "kv_cache_memory_gb", "max_num_seqs"})
+
+
+def _serve_commands() -> list[list[str]]:
+    """The argv of every `agentix serve` the manifests (both overlays) and the images run."""
+    commands = [argv for overlay in OVERLAYS.values()
+                for _, _, args, argv in _commands(_render(overlay)) if args.command == "serve"]
+    for path in DOCKERFILES:
+        commands += [json.loads(rest) for word, rest in _instructions(path) if word == "CMD"]
+    return commands
+
+
+def test_engines_run_the_engine_defaults():
+    from engine import EngineConfig
+    from server.cli_checks import engine_config
+
+    default = EngineConfig().as_flat()
+    commands = _serve_commands()
+    assert len(commands) == 4  # the engine StatefulSet in two overlays, two images
+    for argv in commands:
+        args = _parse(argv)
+        config = engine_config(args, args.model).as_flat()
+        changed = {name for name, value in config.items() if value != default[name]}
+        assert changed <= SIZING, f"agentix {' '.join(argv)} sets {sorted(changed - SIZING)}"

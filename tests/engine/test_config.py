@@ -1,6 +1,8 @@
-"""The configuration seams: flat overrides routed into EngineConfig and its SchedulerConfig,
-the up-front checks of block_size and device, the one KVCacheSpec the engine and its runner
-share, and an engine with an injected executor built from model arguments (no directory)."""
+"""The configuration seams: one set of defaults (EngineConfig's, the serving ones, which
+`agentix serve`, `agentix generate`, `LLM` and `agentix bench sim` take without restating),
+flat overrides routed into EngineConfig and its SchedulerConfig, the up-front checks of
+block_size and device, the one KVCacheSpec the engine and its runner share, and an engine
+with an injected executor built from model arguments (no directory)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.cli import build_parser as bench_parser
+from bench.sim.baselines import engine_config_for
 from bench.sim.cost_model import CostModel
 from bench.sim.sim_executor import VirtualClock
 from bench.sim.simulate import PromptMaker, sim_engine, sim_engine_config
@@ -18,11 +22,16 @@ from engine.executor import StepResult
 from engine.loader import ModelInfo
 from scheduler.config import SchedulerConfig
 from scheduler.plan import SchedulePlan
+from server.cli import build_parser
+from server.cli_checks import engine_config
 
 HF_CONFIG = dict(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
                  num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128,
                  eos_token_id=[1, 2])
 EOS = 1
+# The serving defaults (issue 42): EngineConfig's, so every entry point's.
+SERVING_DEFAULTS = dict(policy="gittins", enable_prefix_caching=True, kv_memory="program",
+                        preemption_mode="auto", ttft_slo_tokens=2048)
 
 
 class EchoExecutor:
@@ -35,12 +44,32 @@ class EchoExecutor:
         return StepResult([self.token if c.samples else None for c in plan.chunks])
 
 
+def test_the_engine_defaults_are_the_serving_ones():
+    defaults = EngineConfig().as_flat()
+    assert {name: defaults[name] for name in SERVING_DEFAULTS} == SERVING_DEFAULTS
+
+
+def test_every_entry_point_takes_the_engine_defaults(tiny_llama_dir):
+    parser = build_parser()
+    assert engine_config(parser.parse_args(["serve"]), "m") == EngineConfig(model="m")
+    assert parser.parse_args(["generate"]).policy == EngineConfig().policy
+    assert LLM(tiny_llama_dir).engine.config == EngineConfig(model=tiny_llama_dir)
+    sim = bench_parser().parse_args(["sim", "--workload", "mixed"])
+    simulated = EngineConfig.from_flat(**engine_config_for(sim.policy)).as_flat()
+    defaults = EngineConfig().as_flat()
+    # only the simulator's sizing (the baselines' common fields) is its own
+    assert {name for name, value in simulated.items() if value != defaults[name]} == \
+        {"max_num_seqs", "max_num_batched_tokens", "dtype"}
+
+
 def test_flat_overrides_route_engine_and_scheduler_fields():
     config = EngineConfig.from_flat(max_num_seqs=4, policy="atlas", block_size=8,
                                     starvation_beta=None, num_kv_blocks=32)
     assert (config.policy, config.block_size, config.num_kv_blocks) == ("atlas", 8, 32)
     assert config.scheduler == SchedulerConfig(max_num_seqs=4, starvation_beta=None)
     assert EngineConfig.from_flat() == EngineConfig()
+    assert EngineConfig.from_flat(**config.as_flat()) == config
+    assert config.as_flat().keys() == EngineConfig.flat_field_types().keys()
 
 
 def test_llm_takes_scheduler_fields_as_keywords(tiny_llama_dir):
@@ -63,7 +92,7 @@ def test_bad_scheduler_values_name_the_field():
     with pytest.raises(ValueError, match="max_num_seqs must be positive, got 0"):
         EngineConfig.from_flat(max_num_seqs=0)
     with pytest.raises(ValueError, match="preemption_mode='keep' needs enable_prefix_caching"):
-        EngineConfig.from_flat(preemption_mode="keep")
+        EngineConfig.from_flat(preemption_mode="keep", enable_prefix_caching=False)
 
 
 @pytest.mark.parametrize("block_size", [12, 0, -8, 3, 24])

@@ -7,7 +7,9 @@ injected at one point of one step (before the copies, after them, mid-forward, i
 sampler), in a step that moves KV through the host tier (prefix offloads and fetches, swap
 out, swap in) or continues a multistep round; and at random points in random steps. The
 failed calls are then added again, as a server's clients would, and every call's tokens, and
-a later prefix hit through the host tier, must be transformers' greedy tokens."""
+a later prefix hit through the host tier, must be transformers' greedy tokens. A call the
+failing step had already finished keeps that finish; `LLM.generate` keeps no call of a batch
+whose step failed."""
 
 from __future__ import annotations
 
@@ -19,8 +21,8 @@ from typing import Callable, Iterator
 
 import pytest
 
-from engine import CompletionOutput, EngineConfig, LLMEngine, SamplingParams
-from engine.call import FinishReason
+from engine import LLM, CompletionOutput, EngineConfig, LLMEngine, SamplingParams, StepOutput
+from engine.call import Call, FinishReason
 from engine.errors import StepFailedError
 from engine.executor import StepResult
 from engine.model_runner import ModelRunner
@@ -348,3 +350,121 @@ def test_faults_at_random_points_in_a_tenth_of_the_steps_never_change_a_token(
     for p in prompts:
         d.engine.end_program(p)
     assert_all_free(d.engine)
+
+
+# ----- a step that fails while its tokens are applied ----------------------------------------
+class ApplyFault(enum.Enum):
+    APPENDING = "appending its token (Scheduler.update)"
+    STOP_SCAN = "scanning its text for stop strings (LLMEngine.apply)"
+
+
+class FailingStopScan:
+    """A call's stop-string scanner that finds nothing and raises InjectedFault once the
+    call has `at` output tokens."""
+
+    def __init__(self, at: int) -> None:
+        self.at, self.num_tokens = at, 0
+
+    def push(self, token_ids: list[int]) -> None:
+        self.num_tokens += len(token_ids)
+        if self.num_tokens >= self.at:
+            raise InjectedFault
+
+
+def fail_applying(call: Call, fault: ApplyFault, at: int) -> None:
+    """Make the engine raise InjectedFault where `fault` says, applying `call`'s `at`-th
+    output token (while appending it: before it is appended)."""
+    if fault is ApplyFault.STOP_SCAN:
+        call.stop_scanner = FailingStopScan(at)
+        return
+    append = call.append_token
+
+    def append_token(token: int) -> str | None:
+        if call.num_output_tokens + 1 == at:
+            raise InjectedFault
+        return append(token)
+
+    call.append_token = append_token
+
+
+@pytest.fixture(scope="module")
+def byte_greedy(byte_llama):
+    return GreedyReference(byte_llama[1])
+
+
+FAILS_AT = 3  # b's token that fails to apply, in the step of a's last token
+
+
+@pytest.mark.parametrize("a_first", [True, False], ids=["finishing_first", "failing_first"])
+@pytest.mark.parametrize("fault", list(ApplyFault), ids=lambda f: f.name.lower())
+def test_a_call_the_failing_step_had_finished_keeps_its_finish(byte_llama, byte_greedy,
+                                                               fault, a_first):
+    """Calls a (3 tokens) and b (6 tokens, a stop string) decode side by side; applying b's
+    3rd token raises, in the step whose token ends a. Unless the fault comes before a's
+    token is applied (b's chunk first, appending), a keeps its finish: all its tokens,
+    "length", its final output with the next step, its blocks released; b fails."""
+    model_dir, _ = byte_llama
+    clock = StepClock()
+    engine = LLMEngine(EngineConfig.from_flat(model=model_dir, block_size=4, num_kv_blocks=16,
+                                              enable_prefix_caching=True), clock=clock)
+    engine.executor = executor = FaultyExecutor(engine.runner, lambda plan: None)
+    prompts = {"a": [72, 101, 108, 108, 111], "b": [84, 104, 101, 32, 113, 117, 105]}
+    params = {"a": SamplingParams(max_tokens=3, ignore_eos=True),
+              "b": SamplingParams(max_tokens=6, ignore_eos=True, stop=["#never#"])}
+    names = ["a", "b"] if a_first else ["b", "a"]
+    ids = {name: engine.add_call(None, prompts[name], params[name]) for name in names}
+    fail_applying(engine.calls[ids["b"]], fault, FAILS_AT)
+    streamed: dict[str, list[int]] = {call_id: [] for call_id in ids.values()}
+    with pytest.raises(StepFailedError) as failure:
+        for _ in range(FAILS_AT):
+            for out in engine.step():
+                streamed[out.call_id] += out.new_token_ids
+            clock.now += 1.0
+    assert isinstance(failure.value.__cause__, InjectedFault)
+    assert len(executor.plans) == FAILS_AT
+    assert [c.call.call_id for c in executor.plans[-1].chunks] == [ids[n] for n in names]
+    engine.check_integrity()
+    assert not engine.has_unfinished_calls()
+
+    a_tokens = byte_greedy(prompts["a"], 3)
+    b_applied = FAILS_AT - (fault is ApplyFault.APPENDING)
+    kept = a_first or fault is ApplyFault.STOP_SCAN
+    if kept:
+        assert failure.value.call_ids == [ids["b"]]
+        assert engine.step() == [StepOutput(ids["a"], [a_tokens[2]], True, "length"),
+                                 StepOutput(ids["b"], [], True, "error")]
+        a_result = (a_tokens, "length")
+    else:  # b's token raised before a's was applied: the step named a and failed it too
+        assert failure.value.call_ids == [ids["b"], ids["a"]]
+        assert engine.step() == [StepOutput(ids[n], [], True, "error") for n in names]
+        a_result = (a_tokens[:2], "error")
+    a, b = (engine.pop_completion(ids[n]) for n in "ab")
+    assert (a.token_ids, a.finish_reason) == a_result
+    assert streamed[ids["a"]] + ([a_tokens[2]] if kept else []) == a.token_ids
+    assert (b.token_ids, b.finish_reason) == (byte_greedy(prompts["b"], 6)[:b_applied],
+                                              "error")
+    assert engine.calls == {}
+    assert_all_free(engine)
+
+
+def test_generate_keeps_no_call_of_a_batch_whose_step_failed(tiny_tied_llama, tiny_tied_greedy):
+    """Three prompts, two seats: the second step fails (in the sampler) while the third call
+    waits. `generate` raises the StepFailedError and the engine keeps none of the three
+    calls (the waiting one aborted) and no block; the next `generate` is exact."""
+    model_dir, _ = tiny_tied_llama
+    rng = random.Random(7)
+    prompts = [random_tokens(rng, n) for n in (5, 9, 6)]
+    params = SamplingParams(max_tokens=4, ignore_eos=True)
+    with LLM(model_dir, block_size=4, num_kv_blocks=14, max_num_seqs=2) as llm:
+        engine = llm.engine
+        engine.executor = executor = FaultyExecutor(
+            engine.runner, once(Fault.IN_SAMPLER, lambda plan: len(executor.plans) == 2))
+        with pytest.raises(StepFailedError) as failure:
+            llm.generate(prompts, params)
+        assert isinstance(failure.value.__cause__, InjectedFault)
+        assert len(executor.plans) == 2 and len(failure.value.call_ids) == 2
+        assert engine.calls == {} and not engine.has_unfinished_calls()
+        assert_all_free(engine)
+        outs = llm.generate(prompts, params)
+        assert_all_free(engine)
+    assert [o.token_ids for o in outs] == [tiny_tied_greedy(p, 4) for p in prompts]

@@ -3,7 +3,7 @@ byte-level tiny Llama: the engine's greedy tokens are transformers' greedy token
 same llguidance mask, step by step, alone, batched with unconstrained calls, through
 preemption (recompute, swap, keep), multistep and chunked prefill; logprobs stay those of the
 unmasked model; bad schemas and tokenizer-less models are refused before anything is recorded;
-a schema compiles once."""
+a schema compiles once; a panic in one call's matcher fails that call only."""
 
 from __future__ import annotations
 
@@ -17,11 +17,13 @@ from llguidance import LLMatcher
 from transformers import AutoTokenizer
 
 from engine_checks import assert_all_free
+from grammar_faults import PanickingMatcher, panic_in_grammars
 from test_parity import RecordingExecutor
 from agentix_testing.tiny_llama import GreedyReference, build_tiny_llama
 from engine import LLM, SamplingParams
 from engine.structured.compiler import GrammarCompiler
 from engine.structured.spec import StructuredOutput
+from engine.structured.state import GrammarState
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -492,3 +494,48 @@ def test_logprobs_of_a_constrained_call_are_the_unmasked_models(llm, byte_llama,
             moved_counts.append((len(moved), len(tokens)))
     # On this random model no constrained token was the unmasked argmax: (moved, tokens).
     assert moved_counts == [(16, 16), (47, 47)]
+
+
+# ----- 9. a panic in one call's matcher fails that call only ----------------------------------
+
+# ENUM_OBJECT's grammar under another text: only the calls given it get a panicking matcher.
+PANICKY = json.dumps(json.loads(ENUM_OBJECT), indent=1)
+PANICS_AT = 3
+
+
+@pytest.mark.parametrize("method", ["consume_token", "unsafe_compute_mask_ptr"])
+def test_a_panic_in_one_calls_matcher_fails_that_call_only(llm, mixed_outputs, reference,
+                                                           greedy, hf_tokenizer, monkeypatch,
+                                                           method):
+    """One more call in MIXED's batch, whose matcher panics (a BaseException) at its 3rd
+    token: taking it (the token is appended, then refused) or filling its mask (the token
+    is then the unmasked argmax, and refused). That call ends with "error"; the others'
+    tokens and reasons are those of the batch without it; nothing is left in the engine."""
+    panic_in_grammars(monkeypatch, lambda spec: spec.json_schema == PANICKY, method,
+                      PANICS_AT)
+    prompts = [p for p, _ in MIXED] + ["hello"]
+    outs = llm.generate(prompts, mixed_params() + [structured(PANICKY)])
+    assert_all_free(llm.engine)
+    assert llm.engine.calls == {}
+    plain = mixed_outputs[:len(MIXED)]
+    assert [(o.token_ids, o.finish_reason) for o in outs[:-1]] == [
+        (o.token_ids, o.finish_reason) for o in plain]
+    prompt = hf_tokenizer.encode("hello")
+    constrained = reference(prompt, PANICKY)
+    if method == "consume_token":
+        expected = constrained[:PANICS_AT]
+    else:
+        allowed = constrained[:PANICS_AT - 1]
+        expected = allowed + greedy(prompt + allowed, 1)
+        assert expected[-1] != constrained[PANICS_AT - 1]  # unmasked: not the grammar's
+    assert (outs[-1].token_ids, outs[-1].finish_reason) == (expected, "error")
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt, SystemExit])
+def test_an_interrupt_or_exit_in_a_matcher_is_not_taken_for_its_failure(
+        ll_tokenizer, hf_tokenizer, error):
+    state = GrammarState(PanickingMatcher(matcher(ll_tokenizer, ENUM_OBJECT), "consume_token",
+                                          1, error))
+    with pytest.raises(error):
+        state.advance(hf_tokenizer.encode("{")[0])
+    assert not state.failed

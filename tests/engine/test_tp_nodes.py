@@ -1,7 +1,7 @@
 """Tensor parallelism across two "nodes" on 127.0.0.1 over gloo: node 0 is this process's
 engine (rank 0), node 1 an `agentix serve --node-rank 1` process running rank 1. The tokens
-are transformers' exactly, and nothing is left behind when the engine closes or either node
-dies."""
+are transformers' exactly, and nothing is left behind when the engine closes, when either
+node dies, or when a worker dies (at TP=4: the engine breaks and tells node 1 to stop)."""
 
 from __future__ import annotations
 
@@ -19,10 +19,12 @@ import pytest
 from processes import wait_gone
 from test_parity import make_prompts, params, reference
 from agentix_testing.tiny_llama import GreedyReference, build_tiny_llama
-from engine import LLM, EngineConfig
+from engine import LLM, EngineConfig, SamplingParams
+from engine.errors import EngineBrokenError, StepFailedError
 from engine.parallel.nodes import check_nodes, node_ranks
 
 ROOT = Path(__file__).resolve().parents[2]
+STOPPING = "agentix node 1: stopping: "
 
 
 @pytest.fixture(scope="module")
@@ -39,15 +41,18 @@ def free_port() -> int:
 
 
 class Node:
-    """`agentix serve --node-rank 1` of a 2-rank, 2-node engine; `pids` its worker's."""
+    """`agentix serve --node-rank 1` of a `world`-rank, 2-node engine; `pids` its workers',
+    `stopping` why it said it stops (None: it did not say)."""
 
-    def __init__(self, model_dir: str, address: str) -> None:
+    def __init__(self, model_dir: str, address: str, world: int = 2) -> None:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "server.cli", "serve", "--model", model_dir,
-             "--tensor-parallel-size", "2", "--nnodes", "2", "--node-rank", "1",
+             "--tensor-parallel-size", str(world), "--nnodes", "2", "--node-rank", "1",
              "--dist-init-addr", address],
-            stdout=subprocess.PIPE, text=True, cwd=ROOT, stdin=subprocess.DEVNULL)
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+            stdin=subprocess.DEVNULL)
         self.pids: list[int] = []
+        self.stopping: str | None = None
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -55,9 +60,14 @@ class Node:
         for line in self.process.stdout:
             if "joined (pids " in line:
                 self.pids = [int(p) for p in line.split("(pids ")[1].rstrip(")\n").split()]
+            if line.startswith(STOPPING):
+                self.stopping = line[len(STOPPING):].rstrip("\n")
 
     def wait(self, timeout: float = 30.0) -> int:
-        return self.process.wait(timeout)
+        """The exit status, once its output is read to the end."""
+        status = self.process.wait(timeout)
+        self._reader.join(timeout)
+        return status
 
     def kill(self) -> None:
         if self.process.poll() is None:
@@ -65,12 +75,12 @@ class Node:
             self.process.wait(10)
 
 
-def two_node_llm(model_dir: str) -> tuple[LLM, Node]:
+def two_node_llm(model_dir: str, world: int = 2) -> tuple[LLM, Node]:
     address = f"127.0.0.1:{free_port()}"
-    node = Node(model_dir, address)
+    node = Node(model_dir, address, world)
     try:
-        llm = LLM(model_dir, block_size=8, num_kv_blocks=80, tensor_parallel_size=2, nnodes=2,
-                  dist_init_addr=address)
+        llm = LLM(model_dir, block_size=8, num_kv_blocks=80, tensor_parallel_size=world,
+                  nnodes=2, dist_init_addr=address)
     except BaseException:
         node.kill()
         raise
@@ -108,6 +118,27 @@ def test_when_node_1_dies_the_next_step_fails_and_nothing_is_left(tp_model):
         llm.close()
 
 
+def test_when_a_worker_of_node_0_dies_the_engine_breaks_and_node_1_stops(tp_model):
+    """TP=4 over 2 nodes: SIGKILL of rank 1 (node 0's worker); the next step fails naming
+    it, and node 1's agent, told so, stops (status 1) with its workers (ranks 2 and 3)."""
+    model_dir, _ = tp_model
+    llm, node = two_node_llm(model_dir, world=4)
+    try:
+        [pid] = llm.engine.executor.worker_pids
+        os.kill(pid, signal.SIGKILL)
+        assert wait_gone([pid], 5.0) == []
+        with pytest.raises(StepFailedError) as failed:
+            llm.generate([5, 6, 7], SamplingParams(max_tokens=3))
+        broken = f"tensor-parallel worker rank 1 (pid {pid}) exited with status -9"
+        assert (type(failed.value.cause), str(failed.value.cause)) == (EngineBrokenError, broken)
+        assert node.wait(10) == 1
+        assert node.stopping == f"the engine broke: {broken}"
+        assert len(node.pids) == 2 and wait_gone(node.pids, 5.0) == []
+    finally:
+        llm.close()
+        node.kill()
+
+
 def test_when_node_0_dies_node_1_stops(tp_model, tmp_path):
     model_dir, _ = tp_model
     address = f"127.0.0.1:{free_port()}"
@@ -136,5 +167,5 @@ def test_bad_node_settings_are_refused():
         check_nodes(3, 2, "h:1")
     with pytest.raises(ValueError, match="dist_init_addr: needed with nnodes > 1"):
         EngineConfig(tensor_parallel_size=2, nnodes=2)
-    with pytest.raises(ValueError, match="dist_init_addr must be HOST:PORT"):
+    with pytest.raises(ValueError, match="dist_init_addr: expected HOST:PORT"):
         EngineConfig(tensor_parallel_size=2, nnodes=2, dist_init_addr="node0")

@@ -1,7 +1,8 @@
 """No tensor-parallel worker is left behind: after a normal close, after an exception in a
 step, and after SIGTERM of the engine's process (which runs no
-clean-up: the worker's parent-death signal and watch end it). Bad splits fail before any
-worker starts."""
+clean-up: the worker's parent-death signal and watch end it). A failed step or a dead worker
+breaks the engine for good (EngineBrokenError, at once from then on). Bad splits fail before
+any worker starts."""
 
 from __future__ import annotations
 
@@ -10,14 +11,14 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
 from processes import alive, wait_gone
 from engine import LLM, SamplingParams
-from engine.errors import StepFailedError
-from engine.parallel.workers import WorkerError
+from engine.errors import EngineBrokenError, StepFailedError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,13 +42,36 @@ def test_an_exception_in_a_step_stops_the_workers(tiny_llama_dir, monkeypatch):
         raise RuntimeError("injected failure in rank 0's step")
 
     monkeypatch.setattr(runner, "run", broken)
-    with pytest.raises(RuntimeError, match="injected failure"):
+    with pytest.raises(StepFailedError, match="injected failure") as first:
         llm.generate([5, 6, 7], SamplingParams(max_tokens=3))
     assert wait_gone(pids, 2.0) == []
-    with pytest.raises(StepFailedError, match="workers are stopped") as failed:
+    with pytest.raises(StepFailedError) as failed:
         llm.generate([8, 9], SamplingParams(max_tokens=2))
-    assert isinstance(failed.value.cause, WorkerError)
+    assert isinstance(failed.value.cause, EngineBrokenError)
+    assert str(failed.value.cause) == str(first.value.cause) == (
+        "tensor-parallel step failed (RuntimeError: injected failure in rank 0's step)")
     llm.close()
+
+
+def test_a_killed_worker_breaks_the_engine_for_good(tiny_llama_dir):
+    """SIGKILL of rank 1 while idle: the next step fails naming it, and so does every later
+    one, at once (no collective is tried again)."""
+    llm = LLM(tiny_llama_dir, tensor_parallel_size=2, num_kv_blocks=32)
+    [pid] = llm.engine.executor.worker_pids
+    try:
+        os.kill(pid, signal.SIGKILL)
+        assert wait_gone([pid], 5.0) == []
+        broken = f"tensor-parallel worker rank 1 (pid {pid}) exited with status -9"
+        for _ in range(2):
+            started = time.monotonic()
+            with pytest.raises(StepFailedError) as failed:
+                llm.generate([5, 6, 7], SamplingParams(max_tokens=3))
+            assert (type(failed.value.cause), str(failed.value.cause)) == (
+                EngineBrokenError, broken)
+            assert time.monotonic() - started < 1.0
+        llm.engine.check_integrity()
+    finally:
+        llm.close()
 
 
 SCRIPT = """

@@ -1,5 +1,7 @@
 """A model-free engine loop for scheduler tests: SimCalls that generate one token per
-decode step, token-mode service, a clock that advances one unit per step."""
+decode step, token-mode service, a clock that advances one unit per step. Unless a test says
+otherwise: FCFS, no prefix cache, recompute preemption and no first-token deadline (not the
+engine's defaults: the exact orders the tests assert are those of this plain scheduler)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ class Sim:
 
     def __init__(self, policy: str = "fcfs", num_blocks: int = 1000, block_size: int = 4,
                  num_host_blocks: int = 0, prefix_caching: bool = False, **config) -> None:
-        config.setdefault("service_mode", "tokens")
+        config = {"service_mode": "tokens", "preemption_mode": "recompute",
+                  "ttft_slo_tokens": None, **config}
         self.kv = KVCacheManager(num_blocks, block_size, num_host_blocks, prefix_caching)
         self.scheduler = Scheduler(SchedulerConfig(**config), self.kv, make_policy(policy))
         self.now = 0.0

@@ -1,13 +1,17 @@
 """Agent frameworks, unchanged, against the HTTP door, of one server and of a router in front
 of a replica (the same door on `server.router.http_backend`): the OpenAI Agents SDK on its default
-Responses model (a function tool, `output_type`, `Runner.run_streamed`), LangChain's
-`ChatOpenAI` (`bind_tools` with a forced `tool_choice`, `with_structured_output(...,
-method="json_schema")`), a LangGraph `create_react_agent` run, and the openai SDK's streamed
-tool calls. Tools run on the model that answers every chat with one hermes call of
-get_weather(city="Paris") (tests/tool_call_model.py), so each run's turns are exact; schemas
-run on the random byte-level Llama, whose outputs are arbitrary but constrained. Offline:
-tracing is off and nothing may connect past loopback (checked). The slow test repeats the
-forced call, a structured answer and an Agents SDK run on SmolLM2."""
+Responses model (a function tool, `output_type`, `Runner.run_streamed`, a run chained by
+`previous_response_id` as one program from its second turn, a stateless run holding none),
+LangChain's `ChatOpenAI` (`bind_tools` with a forced `tool_choice`,
+`with_structured_output(..., method="json_schema")`), a LangGraph `create_react_agent` run,
+and the openai SDK's streamed tool calls. Tools run on the model
+that answers every chat with one hermes call of get_weather(city="Paris")
+(tests/tool_call_model.py), so each run's turns are exact, and with a reasoning parser on
+the model that thinks before that call (tests/reasoning_model.py), whose reasoning items the
+SDK sends back; schemas run on the random
+byte-level Llama, whose outputs are arbitrary but constrained. Offline: tracing is off and
+nothing may connect past loopback (checked). The slow test repeats the forced call, a
+structured answer and an Agents SDK run on SmolLM2."""
 
 from __future__ import annotations
 
@@ -35,6 +39,7 @@ from langchain_openai import ChatOpenAI  # noqa: E402
 from langgraph.errors import GraphRecursionError  # noqa: E402
 from langgraph.prebuilt import create_react_agent  # noqa: E402
 from pydantic import BaseModel, Field  # noqa: E402
+from reasoning_model import REASONING  # noqa: E402
 from tool_call_model import CALL_ARGUMENTS, CALL_WORDS  # noqa: E402
 
 from server.app import start_server  # noqa: E402
@@ -170,10 +175,11 @@ def generated(server) -> int:
 
 
 def run_agent(server, streamed: bool = False, max_turns: int = 10, prompt: str = "hello",
-              **agent_options):
+              chained: bool = False, **agent_options):
     """(result, its stream events) of one Runner run of an agent on `server`'s Responses
     API, greedy unless `model_settings` says otherwise; an exception the run raises comes
-    back as the result."""
+    back as the result. `chained`: each turn continues the last by `previous_response_id`
+    (the SDK's `auto_previous_response_id`)."""
 
     async def run():
         async with openai.AsyncOpenAI(base_url=base_url(server), api_key="unused",
@@ -185,9 +191,10 @@ def run_agent(server, streamed: bool = False, max_turns: int = 10, prompt: str =
                           **options)
             events = []
             try:
+                run_options = dict(max_turns=max_turns, auto_previous_response_id=chained)
                 if not streamed:
-                    return await Runner.run(agent, prompt, max_turns=max_turns), events
-                result = Runner.run_streamed(agent, prompt, max_turns=max_turns)
+                    return await Runner.run(agent, prompt, **run_options), events
+                result = Runner.run_streamed(agent, prompt, **run_options)
                 async for event in result.stream_events():
                     events.append(event)
                 return result, events
@@ -230,9 +237,51 @@ def test_agents_sdk_runs_the_tool_each_turn_until_max_turns(tool_server):
     outputs = [item.raw_item for item in data.new_items[1::2]]
     assert outputs == [{"call_id": i, "output": "sunny", "type": "function_call_output"}
                        for i in ids]
-    # Each turn sends the whole history back (a stateless server): "tools hello go", then
+    # Each turn sends the whole history back (the SDK's default): "tools hello go", then
     # one more "sunny" per tool result (a function_call item adds no word to the template).
     assert [response.usage.input_tokens for response in data.raw_responses] == [3, 4, 5]
+    with openai.OpenAI(base_url=base_url(tool_server), api_key="unused",
+                       max_retries=0) as client:  # stored, each in a one-call program
+        assert [client.responses.retrieve(r.response_id).model_extra["program_id"]
+                for r in data.raw_responses] == [None] * 3
+
+
+def test_agents_sdk_chained_by_previous_response_id_is_one_program(tool_server):
+    """`auto_previous_response_id`: each turn sends only its new items; the server's stored
+    conversation makes the same prompts, and the run is one program from its second turn
+    on (started by the first continuation), with no header."""
+    error, _ = run_agent(tool_server, max_turns=3, chained=True,
+                         tools=[function_tool(get_weather)])
+    assert isinstance(error, agents.MaxTurnsExceeded) and WEATHER == ["Paris"] * 3
+    turns = error.run_data.raw_responses
+    assert [response.usage.input_tokens for response in turns] == [3, 4, 5]
+    with openai.OpenAI(base_url=base_url(tool_server), api_key="unused",
+                       max_retries=0) as client:
+        first, *programs = [client.responses.retrieve(t.response_id).model_extra[
+            "program_id"] for t in turns]
+        program = programs[0]
+        assert program.startswith("prog-") and (first, programs) == (None, [program] * 2)
+        assert client.get(f"/programs/{program}", cast_to=object)["num_calls"] == 2
+        client.post(f"/programs/{program}:end", body={}, cast_to=object)
+
+
+def test_agents_sdk_sends_reasoning_items_back_with_each_turn(reasoning_model_dir):
+    server = serve("server", reasoning_model_dir, tool_call_parser="hermes",
+                   reasoning_parser="qwen3")
+    try:
+        error, _ = run_agent(server, max_turns=2, tools=[function_tool(get_weather)])
+    finally:
+        server.stop(grace=0)
+    assert isinstance(error, agents.MaxTurnsExceeded) and WEATHER == ["Paris"] * 2
+    data = error.run_data
+    assert [type(item).__name__ for item in data.new_items] == \
+        ["ReasoningItem", "ToolCallItem", "ToolCallOutputItem"] * 2
+    assert [[(i.type, i.content[0].text if i.type == "reasoning" else i.name)
+             for i in response.output] for response in data.raw_responses] == \
+        [[("reasoning", REASONING), ("function_call", "get_weather")]] * 2
+    # "tools hello go", then the first turn sent back: its reasoning item rendered with the
+    # call's assistant turn (<think> weather? </think>), and the tool's "sunny"
+    assert [response.usage.input_tokens for response in data.raw_responses] == [3, 7]
 
 
 def test_agents_sdk_stops_on_the_first_tool_streamed_or_not(tool_server):
@@ -246,7 +295,8 @@ def test_agents_sdk_stops_on_the_first_tool_streamed_or_not(tool_server):
         ["ToolCallItem", "ToolCallOutputItem"]
     assert kinds(events) == [("agent_updated_stream_event", None)] + raw(
         "response.created", "response.in_progress", "response.output_item.added",
-        "response.function_call_arguments.delta", "response.function_call_arguments.done",
+        "response.function_call_arguments.delta", "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
         "response.output_item.done", "response.completed") + [
         ("run_item_stream_event", "tool_called"), ("run_item_stream_event", "tool_output")]
     done = raw_events(events, "response.function_call_arguments.done")
@@ -388,7 +438,8 @@ def test_openai_sdk_streamed_tool_call_deltas_assemble_to_the_call(tool_server):
             events = [e for e in stream if e.type.startswith("tool_calls.")]
             final = stream.get_final_completion()
     done = events[-1]
-    assert [e.type for e in events] == ["tool_calls.function.arguments.delta"] * 2 + \
+    # the opening, then the arguments as the model writes them: '{"city": ', '"Paris"}'
+    assert [e.type for e in events] == ["tool_calls.function.arguments.delta"] * 3 + \
         ["tool_calls.function.arguments.done"]
     assert (done.name, done.index, done.arguments, done.parsed_arguments) == \
         ("get_weather", 0, CALL_ARGUMENTS, GetWeather(city="Paris"))

@@ -24,7 +24,8 @@ from engine import EngineConfig, LLMEngine
 from engine.config import DTYPES
 from scheduler.policies import POLICIES
 from server import cli
-from server.cli_checks import engine_config, serve_setup
+from server.cli_checks import engine_config, replicas_setup, router_setup, serve_setup
+from server.response_store import ResponseLimits
 
 # The poisoned weights prove no failure loads the model (a load would fail differently);
 # the time bound only adds that a failure costs about an import, with room for a busy CPU.
@@ -116,6 +117,10 @@ def test_a_taken_port_fails_before_the_model_loads(floor, poisoned_dir):
     (["--set", "ttft_slo_tokens=5"], "--set ttft_slo_tokens: it has a flag of its own"),
     (["--device", "cuda", "--tensor-parallel-size", "2"], "--device: cuda with "
                                                           "--tensor-parallel-size 2 needs"),
+    (["--reasoning-parser", "qwen"], "argument --reasoning-parser: invalid choice: 'qwen'"),
+    (["--reasoning-parser", "qwen3"], "--reasoning-parser: reasoning parser 'qwen3' needs "
+                                      "'<think>' as one token, and the model's vocabulary has "
+                                      "no such token"),
 ])
 def test_bad_arguments_fail_before_the_model_loads(floor, poisoned_dir, flags, expected):
     message, seconds = fail("--model", poisoned_dir, "--port", "0", *flags)
@@ -153,15 +158,9 @@ def test_help_lists_every_default_and_the_choices(capsys):
             assert action.default is not None or "default" in action.help, action.dest
 
 
-def flat(config: EngineConfig) -> dict:
-    """The config's fields and its scheduler's, by name (as `EngineConfig.from_flat` takes
-    them)."""
-    return {**vars(config.scheduler), **vars(config)}
-
-
 def test_the_parsers_copies_of_engine_defaults_match_engine_config():
     assert cli.DTYPES == DTYPES
-    defaults = flat(EngineConfig())
+    defaults = EngineConfig().as_flat()
     args = cli.build_parser().parse_args(["serve"])
     for field in ("dtype", "device", "kv_cache_memory_gb", "num_kv_blocks", "num_host_blocks",
                   "max_num_seqs", "multistep", "program_ttl", "kv_memory"):
@@ -182,7 +181,7 @@ def test_set_and_the_engine_flags_reach_engine_config(tiny_llama_dir):
                     preemption_mode="swap", block_size=8, starvation_beta=None,
                     quantum_base=2.0, service_mode="tokens", enable_chunked_prefill=False,
                     policy="gittins", enable_prefix_caching=True)
-    assert {k: flat(config)[k] for k in expected} == expected
+    assert {k: config.as_flat()[k] for k in expected} == expected
     assert type(config.scheduler.quantum_base) is float
     assert (options.port, options.http_port, options.served_model_name,
             options.metrics_tenant_label) == (0, 0, "tiny", True)
@@ -194,11 +193,35 @@ def test_serve_sets_a_first_token_deadline_in_tokens_by_default(tiny_llama_dir):
         scheduler = engine_config(args, tiny_llama_dir).scheduler
         return scheduler.ttft_slo_tokens, scheduler.ttft_slo_seconds
 
-    assert EngineConfig().scheduler.ttft_slo_tokens is None  # the library's default: off
-    assert deadline() == (2048, None)
+    assert deadline() == (EngineConfig().scheduler.ttft_slo_tokens, None) == (2048, None)
     assert deadline("--ttft-slo-tokens", "0") == (None, None)
     assert deadline("--ttft-slo-tokens", "512") == (512, None)
     assert deadline("--set", "ttft_slo_seconds=0.5") == (2048, 0.5)  # seconds win (scheduler)
+
+
+def test_a_reasoning_parser_whose_markers_the_tokenizer_has_reaches_the_options(
+        tiny_llama_dir, tmp_path):
+    from transformers import AutoTokenizer
+
+    shutil.copytree(tiny_llama_dir, tmp_path, dirs_exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama_dir)
+    tokenizer.add_tokens(["<think>", "</think>"])
+    tokenizer.save_pretrained(tmp_path)
+    for name in ("qwen3", "deepseek_r1"):
+        args = cli.build_parser().parse_args(["serve", "--model", str(tmp_path), "--port", "0",
+                                              "--reasoning-parser", name])
+        assert serve_setup(args)[1].reasoning_parser == name
+        args = cli.build_parser().parse_args(["serve", "--model", str(tmp_path), "--port", "0",
+                                              "--replicas", "2", "--reasoning-parser", name])
+        local, router = replicas_setup(args, cli._child_serve_args)
+        assert router.reasoning_parser == name  # the router's own door
+        assert local.serve_args[local.serve_args.index("--reasoning-parser") + 1] == name
+        args = cli.build_parser().parse_args(["router", "--replica", "127.0.0.1:1", "--port",
+                                              "0", "--model", str(tmp_path),
+                                              "--reasoning-parser", name])
+        assert router_setup(args).reasoning_parser == name
+    args = cli.build_parser().parse_args(["serve", "--model", str(tmp_path), "--port", "0"])
+    assert serve_setup(args)[1].reasoning_parser is None
 
 
 def test_no_grpc_serves_http_only(tiny_llama_dir):
@@ -210,3 +233,32 @@ def test_no_grpc_serves_http_only(tiny_llama_dir):
     inferring = cli.build_parser().parse_args(["serve", "--model", tiny_llama_dir, "--no-grpc",
                                                "--http-port", "0", "--infer-programs"])
     assert serve_setup(inferring)[1].infer_programs
+
+
+def test_the_responses_flags_reach_the_stored_responses_limits(tiny_llama_dir):
+    """serve, router and serve --replicas (the router's door) alike; no --responses-ttl:
+    the program TTL (ResponseLimits.ttl None)."""
+    flags = ["--responses-per-tenant", "7", "--responses-max-bytes", "4096",
+             "--responses-ttl", "30"]
+    parse = cli.build_parser().parse_args
+    serve = ["serve", "--model", tiny_llama_dir, "--port", "0"]
+    assert serve_setup(parse(serve))[1].responses == ResponseLimits()
+    assert ResponseLimits().ttl is None
+    limits = ResponseLimits(7, 4096, 30.0)
+    assert serve_setup(parse([*serve, *flags]))[1].responses == limits
+    assert router_setup(parse(["router", "--replica", "127.0.0.1:1", "--port", "0",
+                               *flags])).responses == limits
+    assert replicas_setup(parse([*serve, "--replicas", "2", *flags]),
+                          cli._child_serve_args)[1].responses == limits
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--responses-per-tenant", "0"], "argument --responses-per-tenant: must be >= 1, got 0"),
+    (["--responses-max-bytes", "-1"], "argument --responses-max-bytes: must be >= 1, got -1"),
+    (["--responses-ttl", "0"], "argument --responses-ttl: must be > 0, got 0"),
+])
+def test_bad_responses_flags_are_refused_naming_them(flags, expected, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["serve", *flags])
+    assert info.value.code == 2
+    assert capsys.readouterr().err == f"agentix serve: error: {expected}\n"

@@ -1,9 +1,11 @@
 """Tools over gRPC, on the model that answers every chat with one hermes-style tool call
 (tests/tool_call_model.py): `ChatMessages.tools` reach the chat template, an assistant's
 `tool_calls` and a tool's `tool_call_id` round-trip through it, and with a tool parser on
-the server the final message carries the parsed call (finish_reason "tool_calls"); a
-malformed forced `tool_choice` is refused naming it (forced calls themselves:
-tests/server/test_grpc_structured.py)."""
+the server the final message carries the parsed call (finish_reason "tool_calls"; cut by
+max_tokens: the arguments so far and "length"); with a reasoning parser too, on the model
+that thinks first (tests/reasoning_model.py), the final message's `reasoning` is split off
+and the call read from the rest; a malformed forced `tool_choice` is refused naming it
+(forced calls themselves: tests/server/test_grpc_structured.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import json
 import grpc
 import pytest
 from grpc_helpers import collect, server_config, wait_idle
+from reasoning_model import REASONING
 from tool_call_model import CALL_ARGUMENTS as ARGUMENTS, CALL_TEXT
 
 from server import agentix_pb2 as pb
@@ -61,10 +64,40 @@ def test_the_final_message_carries_the_parsed_call(parsing):
     _, text, final = collect(parsing.Generate(chat(HELLO)))
     assert text == CALL_TEXT  # the deltas stream the raw text
     (call,) = final.tool_calls
-    assert (call.name, call.arguments, final.finish_reason, final.text) == (
-        "get_weather", ARGUMENTS, "tool_calls", "")
+    assert (call.name, call.arguments, final.finish_reason, final.text, final.reasoning) == (
+        "get_weather", ARGUMENTS, "tool_calls", "", "")
     assert call.id.startswith("call_")
     assert final.usage.prompt_tokens == 3  # "tools hello go": the tools reached the template
+
+
+def test_with_a_reasoning_parser_the_final_message_splits_the_reasoning_off(
+        reasoning_model_dir):
+    server, channel, stub = stub_of(reasoning_model_dir, tool_call_parser="hermes",
+                                    reasoning_parser="qwen3")
+    try:
+        _, text, final = collect(stub.Generate(chat(HELLO)))
+        assert text == f"<think>{REASONING}</think> {CALL_TEXT}"  # the deltas: raw text
+        assert [(c.name, c.arguments) for c in final.tool_calls] == [("get_weather", ARGUMENTS)]
+        assert (final.reasoning, final.text, final.finish_reason) == (REASONING, "",
+                                                                      "tool_calls")
+        _, _, plain = collect(stub.Generate(chat(HELLO, tool_choice="none")))
+        assert (plain.reasoning, plain.text) == (REASONING, f" {CALL_TEXT}")
+        text_prompt = pb.GenerateRequest(text="hello go", sampling=pb.SamplingParams(
+            max_tokens=32))
+        _, _, raw = collect(stub.Generate(text_prompt))  # not a chat: nothing split
+        assert (raw.reasoning, raw.text) == ("", text)
+    finally:
+        channel.close()
+        server.stop(grace=0)
+
+
+def test_a_call_cut_by_max_tokens_is_in_the_final_message_with_its_arguments_so_far(parsing):
+    request = chat(HELLO)
+    request.sampling.max_tokens = 5  # the output ends at ' {"city":'
+    _, text, final = collect(parsing.Generate(request))
+    assert text == " ".join(CALL_TEXT.split()[:5])
+    assert [(c.name, c.arguments) for c in final.tool_calls] == [("get_weather", '{"city": ')]
+    assert (final.finish_reason, final.text) == ("length", "")
 
 
 def test_a_conversation_with_calls_and_results_reaches_the_template(parsing):

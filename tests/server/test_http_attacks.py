@@ -13,7 +13,7 @@ import time
 import pytest
 from grpc_helpers import start, wait_idle
 
-from server.app import MAX_HTTP_CONNECTIONS
+from server.http_server import MAX_HTTP_CONNECTIONS
 
 MESSAGES = [{"role": "user", "content": "w5 w6"}]
 

@@ -26,7 +26,8 @@ NEW_TOKENS = 6
 
 @pytest.fixture(scope="module")
 def http_server(tiny_llama_dir):
-    server = start_server(server_config(tiny_llama_dir, enable_prefix_caching=True),
+    server = start_server(server_config(tiny_llama_dir, enable_prefix_caching=True,
+                                        ttft_slo_tokens=None),  # no deadline of its own
                           port=None, http_port=0, served_model_name="tiny")
     yield server
     server.stop(grace=0)

@@ -1,8 +1,8 @@
 """The Responses API (`/v1/responses`) with the official `openai` SDK, on the model that answers
 every chat with one hermes-style tool call (tests/tool_call_model.py): text and function-call
 output items, input items of every supported kind reaching the chat template, the streamed
-event sequence, output item ids (unique in a response, the same scheme streamed or not),
-and a 400 naming each field the server cannot honour or that is malformed
+event sequence, output item ids (unique in a response, the same scheme streamed or not; a
+reasoning item's too: reasoning over HTTP is tests/server/test_http_reasoning.py), and a 400 naming each field the server cannot honour or that is malformed
 (structured `text.format` itself: tests/server/test_http_structured.py)."""
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import pytest
 from tool_call_model import CALL_ARGUMENTS as ARGUMENTS, CALL_TEXT
 
 from engine import CompletionOutput
+from server.chat_output import ChatOutput
 from server.openai_responses import ResponseEvents, ResponsesRequest, output_items
-from server.tool_parsers import ParsedOutput, ToolCall
+from server.tool_parsers import ToolCall
 from test_http_tools import client, model_dir  # noqa: F401  (fixtures: the hermes server)
 
 TOOLS = [{"type": "function", "name": "get_weather", "description": "the weather",
@@ -117,7 +118,7 @@ def test_a_response_cut_by_the_token_limit_is_incomplete(client):
      "text.format.schema"),
     (dict(text={"format": {"type": "xml"}}), "text.format.type"),
     (dict(tools=[{"type": "web_search"}]), "tools"),
-    (dict(input=[{"type": "reasoning", "summary": []}]), "input[0].type"),
+    (dict(input=[{"type": "web_search_call", "id": "ws_1"}]), "input[0].type"),
     (dict(input=[{"role": "critic", "content": "x"}]), "input[0].role"),
     (dict(input=[{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]),
      "input[0].content[0]"),
@@ -132,18 +133,18 @@ RESPONSE_ID = "resp_call-1"
 CALLS = (ToolCall("call_a", "get_weather", ARGUMENTS), ToolCall("call_b", "get_time", "{}"))
 
 
-def finished(text: str) -> CompletionOutput:
+def finished(text: str, finish_reason: str = "stop") -> CompletionOutput:
     return CompletionOutput(call_id="call-1", prompt_token_ids=[1, 2], token_ids=[3],
-                            text=text, finish_reason="stop", num_cached_tokens=0,
+                            text=text, finish_reason=finish_reason, num_cached_tokens=0,
                             num_preemptions=0, queue_seconds=0.0, service_seconds=0.0,
                             arrival_time=0.0, first_token_time=None, finish_time=0.0)
 
 
-def streamed(*fragments: dict) -> list[dict]:
+def streamed(*fragments: dict, finish_reason: str = "stop") -> list[dict]:
     """The payloads of a response's events, streamed as `fragments` (chat deltas)."""
     events = ResponseEvents(ResponsesRequest(input="hello"), RESPONSE_ID, "tiny", 0)
     sse = events.start() + [e for f in fragments for e in events.fragment(f)]
-    sse += events.finish(finished(""))
+    sse += events.finish(finished("", finish_reason))
     return [json.loads(event.split("data: ", 1)[1]) for event in sse]
 
 
@@ -158,7 +159,7 @@ def test_output_item_ids_are_the_same_streamed_or_not():
     """Text, then two calls: `{msg|fc}_{response id}_{output index}` in the non-streamed
     output, in every streamed event and in the streamed response.completed."""
     expected = [f"msg_{RESPONSE_ID}_0", f"fc_{RESPONSE_ID}_1", f"fc_{RESPONSE_ID}_2"]
-    whole = output_items(RESPONSE_ID, finished("ignored"), ParsedOutput("Let me look.", CALLS))
+    whole = output_items(RESPONSE_ID, finished("ignored"), ChatOutput(None, "Let me look.", CALLS))
     assert [item["id"] for item in whole] == expected
     payloads = streamed({"content": "Let me look."}, *opened(CALLS[0]), *opened(CALLS[1]))
     assert [p["response"]["output"] for p in payloads if p["type"] == "response.completed"] \
@@ -173,3 +174,56 @@ def test_two_messages_of_one_streamed_response_have_ids_of_their_own():
     (completed,) = [p["response"] for p in payloads if p["type"] == "response.completed"]
     assert [item["id"] for item in completed["output"]] == [
         f"msg_{RESPONSE_ID}_0", f"fc_{RESPONSE_ID}_1", f"msg_{RESPONSE_ID}_2"]
+
+
+def test_arguments_stream_in_deltas_and_a_call_the_token_limit_cut_is_incomplete():
+    """Argument fragments are `function_call_arguments.delta` events, then one `.done` with
+    the whole arguments; cut by the limit, the response is incomplete and so is its last
+    item (a call), streamed or not, while the call before it is completed."""
+    call = ToolCall("call_a", "get_weather", '{"city": "Par')
+    (opening, _), arguments = opened(call), ['{"city": ', '"Par']
+    payloads = streamed(*opened(CALLS[1]), opening,
+                        *({"tool_calls": [{"index": 1, "function": {"arguments": a}}]}
+                          for a in arguments), finish_reason="length")
+    assert [(p["type"], p.get("delta", p.get("arguments"))) for p in payloads[6:]] == [
+        ("response.output_item.added", None),
+        ("response.function_call_arguments.delta", '{"city": '),
+        ("response.function_call_arguments.delta", '"Par'),
+        ("response.function_call_arguments.done", '{"city": "Par'),
+        ("response.output_item.done", None),
+        ("response.incomplete", None),
+    ]
+    whole = output_items(RESPONSE_ID, finished("", "length"),
+                         ChatOutput(None, None, (CALLS[1], call)))
+    assert [item["status"] for item in whole] == ["completed", "incomplete"]
+    assert payloads[-1]["response"]["output"] == whole
+    assert payloads[-1]["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
+    text_only = output_items(RESPONSE_ID, finished("Cut", "length"), ChatOutput(None, "Cut"))
+    assert [item["status"] for item in text_only] == ["completed"]  # messages keep theirs
+
+
+def test_a_reasoning_item_comes_first_the_same_streamed_or_not():
+    """Reasoning, text, a call: `rs_`, `msg_`, `fc_` items, the reasoning's text in one
+    `reasoning_text` part; its tokens not counted. Cut inside the reasoning, the reasoning
+    is incomplete and an empty message follows it."""
+    expected = [f"rs_{RESPONSE_ID}_0", f"msg_{RESPONSE_ID}_1", f"fc_{RESPONSE_ID}_2"]
+    whole = output_items(RESPONSE_ID, finished("ignored"), ChatOutput("Hm.", "Ok.", CALLS[:1]))
+    assert [item["id"] for item in whole] == expected
+    assert whole[0] == {"type": "reasoning", "id": expected[0], "summary": [],
+                        "content": [{"type": "reasoning_text", "text": "Hm."}],
+                        "status": "completed"}
+    payloads = streamed({"reasoning_content": "H"}, {"reasoning_content": "m."},
+                        {"content": "Ok."}, *opened(CALLS[0]))
+    assert [(p["type"], p.get("delta")) for p in payloads[2:9]] == [
+        ("response.output_item.added", None), ("response.content_part.added", None),
+        ("response.reasoning_text.delta", "H"), ("response.reasoning_text.delta", "m."),
+        ("response.reasoning_text.done", None), ("response.content_part.done", None),
+        ("response.output_item.done", None)]
+    (completed,) = [p["response"] for p in payloads if p["type"] == "response.completed"]
+    assert completed["output"] == whole
+    assert completed["usage"]["output_tokens_details"] == {}
+    cut = output_items(RESPONSE_ID, finished("", "length"), ChatOutput("Hm", None))
+    assert [(item["type"], item["status"]) for item in cut] == [("reasoning", "incomplete"),
+                                                                ("message", "completed")]
+    assert streamed({"reasoning_content": "Hm"}, finish_reason="length")[-1]["response"][
+        "output"] == cut

@@ -2,10 +2,10 @@
 Llama with a byte-level tokenizer (any JSON can be spelled): chat `response_format`
 (json_schema, json_object), forced `tool_choice` (a named function, "required"), the
 Responses API's `text.format` and forced calls, and a 400 naming the field for each
-malformed request. Random weights: the outputs are arbitrary but must match their grammar,
-so the schemas force a short output (enums, bounded integers) and each call ends with "stop"
-well before `max_tokens`. After every test nothing is left on the server: no call, no
-block, no program."""
+malformed request; a panic in one call's grammar is that call's 500. Random weights: the
+outputs are arbitrary but must match their grammar, so the schemas force a short output
+(enums, bounded integers) and each call ends with "stop" well before `max_tokens`. After
+every test nothing is left on the server: no call, no block, no program."""
 
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ from typing import Any
 import jsonschema
 import openai
 import pytest
+from grammar_faults import panic_in_grammars
 from grpc_helpers import server_config, wait_idle
 from structured_schemas import FLAG, PICK, SCHEMAS
+from tool_parser_helpers import joined_calls
 
 from server.app import start_server
 
@@ -88,16 +90,6 @@ def streamed_chat(client, prompt: str = "hi", **body) -> tuple[str, list, list[s
     return content, calls, [c.choices[0].finish_reason for c in chunks if c.choices]
 
 
-def joined_calls(deltas) -> list[tuple[str, str]]:
-    """(name, arguments) of each streamed call, its argument deltas joined, by index."""
-    calls: dict[int, list[str]] = {}
-    for delta in deltas:
-        name, arguments = calls.setdefault(delta.index, ["", ""])
-        calls[delta.index] = [name + (delta.function.name or ""),
-                              arguments + (delta.function.arguments or "")]
-    return [tuple(calls[i]) for i in sorted(calls)]
-
-
 def assert_valid_calls(calls, names: tuple[str, ...]) -> None:
     """Each call is a function call of one of `names` (ids `call_` + 24 hex digits) whose
     arguments are a JSON object of that function's schema."""
@@ -151,6 +143,22 @@ def test_each_choice_and_each_concurrent_call_keeps_its_own_grammar(client):
         jsonschema.validate(json.loads(answer.choices[0].message.content), schema)
 
 
+def test_a_panic_in_one_calls_grammar_is_its_500_and_the_engine_goes_on(client, monkeypatch):
+    """llguidance panicking (a BaseException) as the engine thread hands a call its 2nd
+    token: that call is a 500; the engine thread lives on, and the same request as before
+    the panic gets the same answer."""
+    before = create(client, response_format=JSON_SCHEMA).choices[0]
+    panic_in_grammars(monkeypatch, lambda spec: json.loads(spec.json_schema).get("title")
+                      == "panics", "consume_token", 2)
+    panics = {"type": "json_schema", "json_schema": {"name": "pick",
+                                                     "schema": {**PICK, "title": "panics"}}}
+    with pytest.raises(openai.InternalServerError,
+                       match="the engine failed while running this call"):
+        create(client.with_options(timeout=10), response_format=panics)
+    after = create(client.with_options(timeout=10), response_format=JSON_SCHEMA).choices[0]
+    assert (after.message.content, after.finish_reason) == (before.message.content, "stop")
+
+
 def generated(server) -> int:
     return server.engine_loop.call(lambda engine: engine.stats().counters.generation_tokens)
 
@@ -182,13 +190,15 @@ def test_a_named_function_is_called_with_arguments_of_its_schema(client):
     assert_valid_calls([call], ("pick",))
     content, calls, finishes = streamed_chat(client, tools=TOOLS, tool_choice=NAMED)
     assert (content, finishes[-1]) == ("", "tool_calls")
-    # the call is held to the end, then sent as OpenAI's two deltas: opening, arguments
-    opening, arguments = calls
+    # the call opens at once, then its arguments stream as the model writes them
+    opening, *arguments = calls
     assert (opening.index, opening.type, opening.function.name, opening.function.arguments) \
         == (0, "function", "pick", "")
     assert opening.id.startswith("call_")
-    assert (arguments.index, arguments.id, arguments.function.arguments) == \
-        (0, None, call.function.arguments)
+    assert len(arguments) > 1 and all(a.function.arguments for a in arguments)
+    assert {(a.index, a.id, a.type, a.function.name) for a in arguments} == \
+        {(0, None, None, None)}
+    assert "".join(a.function.arguments for a in arguments) == call.function.arguments
 
 
 def test_a_forced_call_wins_over_response_format(client):
@@ -225,6 +235,33 @@ def test_required_calls_offered_functions_with_valid_arguments(client, parallel)
                         for c in choice.message.tool_calls]
 
 
+def test_a_forced_call_cut_by_max_tokens_is_a_call_with_the_arguments_so_far(client):
+    """The token limit one byte short of the whole call: a tool call (never content) whose
+    arguments lack only the closing brace, finish_reason "length", streamed or not; on the
+    Responses API an incomplete response whose function_call item is incomplete."""
+    whole = create(client, tools=TOOLS, tool_choice=NAMED)
+    (call,) = whole.choices[0].message.tool_calls
+    raw = compact(json.loads(call.function.arguments))  # as the grammar spells it
+    assert whole.usage.completion_tokens == len(raw)  # one token per byte
+    cut = create(client, tools=TOOLS, tool_choice=NAMED, max_tokens=len(raw) - 1).choices[0]
+    assert (cut.finish_reason, cut.message.content) == ("length", None)
+    (partial,) = cut.message.tool_calls
+    assert (partial.function.name, partial.function.arguments) == \
+        ("pick", call.function.arguments[:-1])
+    content, calls, finishes = streamed_chat(client, tools=TOOLS, tool_choice=NAMED,
+                                             max_tokens=len(raw) - 1)
+    assert (content, joined_calls(calls), finishes[-1]) == \
+        ("", [("pick", call.function.arguments[:-1])], "length")
+    response = respond(client, tools=FLAT_TOOLS, tool_choice={"type": "function",
+                                                              "name": "pick"},
+                       max_output_tokens=len(raw) - 1)
+    (item,) = response.output
+    assert (response.status, response.incomplete_details.reason) == \
+        ("incomplete", "max_output_tokens")
+    assert (item.type, item.status, item.arguments) == \
+        ("function_call", "incomplete", call.function.arguments[:-1])
+
+
 # ----- the Responses API --------------------------------------------------------------
 
 TEXT_FORMAT = {"format": {"type": "json_schema", "name": "pick", "schema": PICK,
@@ -232,8 +269,8 @@ TEXT_FORMAT = {"format": {"type": "json_schema", "name": "pick", "schema": PICK,
 
 
 def respond(client, **body):
-    return client.responses.create(model="tiny", input="hi", temperature=0,
-                                   max_output_tokens=MAX_TOKENS, **body)
+    body = {"temperature": 0, "max_output_tokens": MAX_TOKENS, **body}
+    return client.responses.create(model="tiny", input="hi", **body)
 
 
 def test_responses_text_format_json_schema(client):

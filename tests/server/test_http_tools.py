@@ -1,6 +1,8 @@
 """Tool calling through the HTTP door with the official `openai` SDK, on a model that always
 answers with one hermes-style call (tests/tool_call_model.py): the call comes back as
-`message.tool_calls` with finish_reason "tool_calls", streamed as OpenAI's tool-call deltas;
+`message.tool_calls` with finish_reason "tool_calls", streamed as OpenAI's tool-call deltas
+(its arguments as the model writes them), and cut by max_tokens as a call with the
+arguments so far and finish_reason "length";
 the offered tools reach the chat template; tool_choice "none" and a server without a parser
 behave as vLLM's do."""
 
@@ -12,6 +14,7 @@ import openai
 import pytest
 from grpc_helpers import server_config
 from tool_call_model import CALL_ARGUMENTS as ARGUMENTS, CALL_TEXT
+from tool_parser_helpers import joined_calls
 
 from server.app import start_server
 
@@ -41,9 +44,10 @@ def client(model_dir):
 
 
 def create(client, stream: bool = False, **body):
+    body = {"max_tokens": 32, **body}
     return client.chat.completions.create(model="tiny", messages=MESSAGES, temperature=0,
-                                          max_tokens=32, stream=stream,
-                                          extra_body={"return_token_ids": True}, **body)
+                                          stream=stream, extra_body={"return_token_ids": True},
+                                          **body)
 
 
 def test_a_tool_call_comes_back_as_tool_calls(client):
@@ -61,13 +65,39 @@ def test_a_streamed_tool_call_arrives_as_openai_deltas(client):
     chunks = list(create(client, stream=True, tools=TOOLS))
     deltas = [c.choices[0].delta for c in chunks if c.choices]
     assert deltas[0].role == "assistant"
-    opening, arguments = [d.tool_calls[0] for d in deltas if d.tool_calls]
+    opening, *arguments = [d.tool_calls[0] for d in deltas if d.tool_calls]
     assert (opening.index, opening.function.name, opening.function.arguments) == \
         (0, "get_weather", "")
     assert opening.id.startswith("call_") and opening.type == "function"
-    assert (arguments.index, arguments.function.arguments) == (0, ARGUMENTS)
+    # the arguments as the model writes them: its tokens ' {"city":' and ' "Paris"}}'
+    assert [(a.index, a.function.arguments) for a in arguments] == \
+        [(0, '{"city": '), (0, '"Paris"}')]
     assert not "".join(d.content or "" for d in deltas)  # no marker leaked as content
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_call_cut_by_max_tokens_is_a_call_with_the_arguments_so_far(client, stream):
+    """Five tokens end at ' {"city":': the call, its arguments so far, finish_reason
+    "length"; two end before the name is known: content."""
+    cut, early = (create(client, stream, tools=TOOLS, max_tokens=n) for n in (5, 2))
+    if stream:
+        cut, early = (assembled(list(chunks)) for chunks in (cut, early))
+    else:
+        cut, early = ((c.choices[0].message.content,
+                       [(t.function.name, t.function.arguments)
+                        for t in c.choices[0].message.tool_calls or ()],
+                       c.choices[0].finish_reason) for c in (cut, early))
+    assert cut == ("" if stream else None, [("get_weather", '{"city": ')], "length")
+    assert early == ('<tool_call> {"name":', [], "length")
+
+
+def assembled(chunks) -> tuple[str, list[tuple[str, str]], str]:
+    """(content, [(name, arguments)], finish_reason) of a streamed choice."""
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    return ("".join(d.content or "" for d in deltas),
+            joined_calls(t for d in deltas for t in d.tool_calls or ()),
+            [c.choices[0].finish_reason for c in chunks if c.choices][-1])
 
 
 def test_tool_choice_none_shows_no_tools_and_parses_nothing(client):

@@ -4,6 +4,9 @@ as on a single server."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
+
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -138,6 +141,38 @@ def test_abort_is_routed_to_the_call_replica(router, replicas, stub, idle):
     assert not stub.Abort(pb.AbortRequest(call_id="never")).aborted
     info = stub.GetProgram(pb.GetProgramRequest(program_id=pid))
     assert info.num_calls == 1 and info.generated_tokens == final.usage.completion_tokens
+    stub.EndProgram(pb.EndProgramRequest(program_id=pid))
+
+
+def test_an_abort_while_the_router_starts_the_program_runs_nothing_on_the_replica(
+        router, replicas, stub, idle):
+    """The router's StartProgram to the call's replica is held until the Abort was
+    answered: the call ends "abort" with nothing streamed, and the replica, which has the
+    program, never got the call."""
+    pid = stub.StartProgram(pb.StartProgramRequest()).program_id
+    core = router.router
+    entered, release = threading.Event(), threading.Event()
+    ensure_started = core.ensure_started
+
+    async def held(*args):
+        entered.set()
+        while not release.is_set():
+            await asyncio.sleep(0.005)
+        await ensure_started(*args)
+
+    router.call(lambda: setattr(core, "ensure_started", held))
+    try:
+        stream = stub.Generate(gen_request([1, 5, 6], pid, call_id="starting", **LONG))
+        assert entered.wait(10)
+        assert stub.Abort(pb.AbortRequest(call_id="starting")).aborted
+        release.set()
+        tokens, _, final = collect(stream)
+    finally:
+        router.call(lambda: delattr(core, "ensure_started"))
+    assert (tokens, final.finish_reason, final.usage.prompt_tokens) == ([], "abort", 3)
+    info = stub.GetProgram(pb.GetProgramRequest(program_id=pid))
+    assert (info.num_calls, info.generated_tokens) == (1, 0)
+    assert on_replica(replicas[info.engine], pid) == 0
     stub.EndProgram(pb.EndProgramRequest(program_id=pid))
 
 

@@ -1,8 +1,9 @@
 """The router under chaos, each case bounded in time: a replica that hangs while its health
-still answers, a replica frozen by SIGSTOP and thawed by SIGCONT, the router itself stopped
-while clients stream, and a replica lost while a request's n choices stream through the
-router's OpenAI door. Every program finishes (its client retrying what was cut), or ends
-with a clear retryable status, and no call is left on any replica."""
+still answers, a replica frozen by SIGSTOP and thawed by SIGCONT, a tensor-parallel replica
+whose worker is SIGKILLed, the router itself stopped while clients stream, and a replica lost
+while a request's n choices stream through the router's OpenAI door. Every program finishes
+(its client retrying what was cut), or ends with a clear retryable status, and no call is left
+on any replica."""
 
 from __future__ import annotations
 
@@ -53,7 +54,16 @@ def run_programs(address: str, count: int, calls: int, max_tokens: int) -> list:
 def replicas_behind_least_loaded(model_dir: str, **options):
     """Two in-process replicas (`options` for both) behind a least_loaded router; on
     leaving (the body done), both replicas must end idle, then everything stops."""
-    replicas = [start(model_dir, router_token=TOKEN, **options) for _ in range(2)]
+    with replicas_behind(model_dir, [options, options]) as both:
+        yield both
+
+
+@contextlib.contextmanager
+def replicas_behind(model_dir: str, options: list[dict]):
+    """One in-process replica per entry of `options` (its own) behind a least_loaded
+    router; on leaving (the body done), every replica must end idle, then everything
+    stops."""
+    replicas = [start(model_dir, router_token=TOKEN, **each) for each in options]
     router = router_over(replicas, make_placement("least_loaded"))
     try:
         yield replicas, router
@@ -82,6 +92,32 @@ def test_a_replica_that_hangs_with_its_health_answering_is_avoided(tiny_llama_di
         hang.join(10)
         wait_until(lambda: router.call(lambda: core.replicas[0].healthy), timeout=10,
                    what="replica 0 serving again")
+
+
+def test_a_tensor_parallel_replica_whose_worker_dies_is_left_out(tiny_llama_dir):
+    """Replica 0 runs at TP=2; SIGKILL of its worker under load breaks its engine for good:
+    its calls end UNAVAILABLE (retried on replica 1), its health turns NOT_SERVING within
+    seconds and stays so, and every program finishes on replica 1."""
+    with replicas_behind(tiny_llama_dir, [{"tensor_parallel_size": 2}, {}]) as (
+            replicas, router):
+        core = router.router
+        [pid] = replicas[0].engine_loop.call(lambda engine: engine.executor.worker_pids)
+        errors: list = []
+        load = threading.Thread(target=lambda: errors.extend(
+            run_programs(router.address, count=4, calls=3, max_tokens=24)))
+        load.start()
+        wait_until(lambda: router.call(lambda: bool(core.replicas[0].attempts)), timeout=30,
+                   what="a call on replica 0")
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: not router.call(lambda: core.replicas[0].healthy), timeout=5,
+                   what="replica 0 lost")
+        load.join(120)
+        assert not errors, errors
+        tokens = replicas[1].engine_loop.call(lambda engine: engine.counters.generation_tokens)
+        assert not run_programs(router.address, count=2, calls=2, max_tokens=4)
+        assert replicas[1].engine_loop.call(
+            lambda engine: engine.counters.generation_tokens) == tokens + 2 * 2 * 4
+        assert not router.call(lambda: core.replicas[0].healthy)
 
 
 @pytest.mark.slow

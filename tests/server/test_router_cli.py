@@ -1,6 +1,6 @@
 """`agentix serve --replicas N` and `agentix router` as processes: they serve on one
 address (gRPC, and with --http-port the OpenAI door), and no replica process outlives the
-parent (SIGTERM, or SIGKILL of the parent)."""
+parent (SIGTERM, or SIGKILL of the parent); the router is light: it imports no engine."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import os
 import json
 import signal
 import subprocess
+import sys
 import time
 import urllib.request
 
@@ -38,6 +39,24 @@ def gone(pid: int) -> bool:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
+
+
+def test_the_router_loads_neither_torch_nor_the_engine_nor_its_server():
+    """A router holds no model: `agentix router`'s checks and the router's package (its
+    OpenAI door and metrics port aside, loaded when served) load no torch, no engine/ and
+    not server.app."""
+    code = ("import sys\n"
+            "from server.cli import build_parser\n"
+            "from server.cli_checks import router_setup\n"
+            "router_setup(build_parser().parse_args(\n"
+            "    ['router', '--replica', '127.0.0.1:1', '--port', '0']))\n"
+            "import server.router.app\n"
+            "print(sorted(name for name in sys.modules if name == 'server.app'\n"
+            "             or name.split('.')[0] in ('torch', 'engine')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "[]\n"
 
 
 def serve_replicas(model_dir: str, *flags: str

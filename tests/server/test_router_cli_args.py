@@ -27,6 +27,8 @@ from router_helpers import agentix
      "--infer-programs: it infers the programs of the HTTP door's chat requests, so it needs "
      "--http-port"),
     (("serve", "--replicas", "2", "--infer-programs"), "--infer-programs: it infers"),
+    (("router", "--replica", "127.0.0.1:1", "--reasoning-parser", "qwen3"),
+     "--reasoning-parser: needs --model"),
 ])
 def test_bad_arguments_are_one_line_and_status_2(args, message):
     process = agentix(*args)

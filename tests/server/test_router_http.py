@@ -3,26 +3,34 @@ behind it: greedy tokens equal transformers', streamed as on one server; program
 in the router's records, the program on the replica it was placed on, ended everywhere;
 a request's n choices as a program of its own; a client that goes away aborts its call on
 the replica; the replicas' refusals relayed with OpenAI's body; a replica lost before a call
-streams is failed over; tool calls parsed by the router's door with the openai SDK; auth as
-on one server (tenant namespaces, the client's token forwarded)."""
+streams is failed over; tool calls and reasoning parsed by the router's door with the
+openai SDK (a reasoning parser needs the router's model, with the markers); auth as
+on one server (tenant namespaces, the client's token forwarded); a chain of stored
+Responses as one program from its second response on (an ended one replaced, past the
+router's program cap a one-call program)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import urllib.error
 import urllib.request
+from typing import Iterator
 
 import openai
 import pytest
 import torch
 from grpc_helpers import wait_idle
+from reasoning_model import REASONING
 from router_helpers import TOKEN, in_process_replicas, router_over, wait_until
 from agentix_testing.tiny_llama import hf_greedy
-from tool_call_model import CALL_ARGUMENTS
+from tool_call_model import CALL_ARGUMENTS, CALL_TEXT
 from transformers import AutoModelForCausalLM
 
+from scheduler.config import SchedulerConfig
 from scheduler.placement import make_placement
 from server.router import start_router
+from server.router.app import RouterOptions, RunningRouter
 
 PROMPT = [5, 9, 14, 3, 27, 8, 11, 40, 2, 17]
 NEW_TOKENS = 6
@@ -123,6 +131,62 @@ def test_n_choices_run_as_a_program_of_their_own_ended_with_the_request(
     assert router.call(lambda: len(router.router.programs.table)) == 0
 
 
+def respond(client, **body):
+    return client.responses.create(model="tiny-llama", input="w5", temperature=0,
+                                   max_output_tokens=4, **body)
+
+
+def test_a_chain_of_stored_responses_is_one_program_in_the_routers_records(
+        router, client, idle):
+    first = respond(client)
+    assert first.model_extra["program_id"] is None  # a one-call program: nothing lingers
+    assert router.call(lambda: len(router.router.programs.table)) == 0
+    second = respond(client, previous_response_id=first.id)
+    third = respond(client, previous_response_id=second.id)
+    fork = respond(client, previous_response_id=first.id)
+    # w7 w5 w8 <the first answer> w7 w5 w9: the stored conversation, then the new input
+    assert second.usage.input_tokens == 6 + len(first.output_text.split())
+    program = second.model_extra["program_id"]
+    assert program.startswith("prog-")
+    assert [r.model_extra["program_id"] for r in (third, fork)] == [program, program]
+    assert get(router, f"/v1/programs/{program}")[1]["num_calls"] == 3
+    assert client.responses.retrieve(second.id).model_dump() == second.model_dump()
+    assert post(router, f"/v1/programs/{program}:end", {})[0] == 200
+    after = respond(client, previous_response_id=third.id)  # its program ended: a new one
+    renewed = after.model_extra["program_id"]
+    assert renewed.startswith("prog-") and renewed != program
+    assert get(router, f"/v1/programs/{renewed}")[1]["num_calls"] == 1
+    assert post(router, f"/v1/programs/{renewed}:end", {})[0] == 200
+
+
+def test_past_the_routers_program_cap_a_chain_goes_on_in_one_call_programs(
+        replicas, tiny_llama_dir):
+    capped = router_over(replicas, make_placement("round_robin"), model=tiny_llama_dir,
+                         http_port=0, served_model_name="tiny-llama",
+                         scheduler=SchedulerConfig(max_programs_per_tenant=1))
+    try:
+        wait_until(lambda: get(capped, "/health")[0] == 200, what="a healthy replica")
+        with openai.OpenAI(base_url=f"http://{capped.http_address}/v1", api_key="unused",
+                           max_retries=0) as client:
+            first = respond(client)
+            named = respond(client, store=False, extra_headers={"X-Program-Id": "capper"})
+            assert named.model_extra["program_id"] == "capper"  # the cap is reached
+            second = respond(client, previous_response_id=first.id)
+            assert second.model_extra["program_id"] is None
+            assert client.responses.retrieve(second.id).id == second.id
+            assert post(capped, "/v1/programs/capper:end", {})[0] == 200
+            third = respond(client, previous_response_id=second.id)
+        program = third.model_extra["program_id"]
+        assert program.startswith("prog-")
+        assert capped.call(lambda: [r.program_id for r in
+                                    capped.router.programs.table.top_by_service(10)]) == \
+            [program]
+    finally:
+        capped.stop(grace=0)
+    for server in replicas:
+        wait_idle(server)
+
+
 def test_a_client_that_goes_away_aborts_its_call_on_the_replica(router, client, replicas,
                                                                  idle):
     stream = client.completions.create(model="tiny-llama", prompt=PROMPT, stream=True,
@@ -175,28 +239,65 @@ def test_a_replica_lost_before_the_call_streams_is_failed_over(tiny_llama_dir):
             server.stop(grace=0)
 
 
-def test_tool_calls_are_parsed_by_the_routers_door(tool_call_model_dir):
-    servers = in_process_replicas(tool_call_model_dir, count=1)
-    running = router_over(servers, make_placement("round_robin"), model=tool_call_model_dir,
-                          http_port=0, tool_call_parser="hermes")
-    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
-        "type": "object", "properties": {"city": {"type": "string"}}}}}]
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}}}}]
+
+
+@contextlib.contextmanager
+def door_client(model_dir: str, **options) -> Iterator[openai.OpenAI]:
+    """An openai client of a router's door (the hermes tool parser, and `options`) in front
+    of one in-process replica over `model_dir`."""
+    servers = in_process_replicas(model_dir, count=1)
+    running = router_over(servers, make_placement("round_robin"), model=model_dir,
+                          http_port=0, tool_call_parser="hermes", **options)
     try:
         with openai.OpenAI(base_url=f"http://{running.http_address}/v1", api_key="unused",
                            max_retries=0) as client:
-            model = client.models.list().data[0].id
-            chunks = list(client.chat.completions.create(
-                model=model, messages=[{"role": "user", "content": "hello"}], tools=tools,
-                temperature=0, max_tokens=32, stream=True))
-        calls = [d.tool_calls[0] for c in chunks if c.choices
-                 for d in [c.choices[0].delta] if d.tool_calls]
-        assert calls[0].function.name == "get_weather"
-        assert "".join(c.function.arguments or "" for c in calls) == CALL_ARGUMENTS
-        assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
+            yield client
     finally:
         running.stop(grace=0)
         for server in servers:
             server.stop(grace=0)
+
+
+def chat(client: openai.OpenAI, **body):
+    return client.chat.completions.create(
+        model=client.models.list().data[0].id, messages=[{"role": "user", "content": "hello"}],
+        temperature=0, max_tokens=32, **body)
+
+
+def test_tool_calls_are_parsed_by_the_routers_door(tool_call_model_dir):
+    with door_client(tool_call_model_dir) as client:
+        chunks = list(chat(client, tools=TOOLS, stream=True))
+    calls = [d.tool_calls[0] for c in chunks if c.choices
+             for d in [c.choices[0].delta] if d.tool_calls]
+    assert calls[0].function.name == "get_weather"
+    assert "".join(c.function.arguments or "" for c in calls) == CALL_ARGUMENTS
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
+
+
+def test_reasoning_is_split_by_the_routers_door(reasoning_model_dir):
+    with door_client(reasoning_model_dir, reasoning_parser="qwen3") as client:
+        answer = chat(client, tools=TOOLS).choices[0].message
+        off = chat(client, extra_body={"chat_template_kwargs": {"enable_thinking": False}}
+                   ).choices[0].message
+    assert (answer.reasoning_content, answer.content) == (REASONING, None)
+    assert [(c.function.name, c.function.arguments) for c in answer.tool_calls] == [
+        ("get_weather", CALL_ARGUMENTS)]
+    assert (getattr(off, "reasoning_content", None), off.content) == (None, CALL_TEXT)
+
+
+def test_a_reasoning_parser_needs_the_routers_model_with_its_markers(tool_call_model_dir):
+    with pytest.raises(ValueError, match="^reasoning_parser: needs model"):
+        RouterOptions(replicas=("127.0.0.1:1",), reasoning_parser="qwen3")
+    with pytest.raises(ValueError, match="^unknown reasoning parser 'qwen'"):
+        RouterOptions(replicas=("127.0.0.1:1",), model=tool_call_model_dir,
+                      reasoning_parser="qwen")
+    with pytest.raises(ValueError) as info:
+        RunningRouter(RouterOptions(replicas=("127.0.0.1:1",), model=tool_call_model_dir,
+                                    reasoning_parser="qwen3"))
+    assert str(info.value) == ("reasoning_parser: reasoning parser 'qwen3' needs '<think>' as "
+                               "one token, and the model's vocabulary has no such token")
 
 
 def test_auth_through_the_routers_door(tiny_llama_dir):

@@ -5,7 +5,12 @@ that returns only when the test opens its gate), no sleeps:
   the program first, so the late StartProgram is undone at once and the call gets
   NOT_FOUND; nothing lingers on any replica;
 - a program that ends while a Generate sizes its prompt: NOT_FOUND, not UNKNOWN;
-- tokens forwarded while an EngineStats poll is in flight still count in the load.
+- tokens forwarded while an EngineStats poll is in flight still count in the load;
+- an Abort while the call's program is being started on its replica: the call is never
+  forwarded and ends with finish reason "abort";
+- an Abort while the forwarded call is in transit (its replica does not know it yet, so its
+  own Abort finds nothing): the router cancels the forwarded call, which the replica aborts
+  on arrival, and the call ends with finish reason "abort".
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import pytest
 from engine.errors import UnknownProgramError
 from scheduler.placement.round_robin import RoundRobinPlacement
 from server import agentix_pb2 as pb
-from server.router.core import Router
+from server.router.core import CallPhase, Router
 from server.router.programs import RouterPrograms
 from server.router.prompts import PromptShape
 from server.router.service import RouterServicer
@@ -36,15 +41,42 @@ class Gate:
         await self.opened.wait()
 
 
+class Forwarded:
+    """A forwarded Generate as the router reads it: what the test `send`s arrives, nothing
+    else; `cancel()` ends it as grpc.aio ends a call cancelled on this side (its reader
+    gets CancelledError)."""
+
+    def __init__(self) -> None:
+        self.arriving: asyncio.Queue = asyncio.Queue()
+        self.cancelled = False
+
+    def send(self, response: pb.GenerateResponse) -> None:
+        self.arriving.put_nowait(response)
+
+    def cancel(self) -> bool:
+        self.cancelled = True
+        self.arriving.put_nowait(None)
+        return True
+
+    async def __aiter__(self):
+        while (response := await self.arriving.get()) is not None:
+            yield response
+        raise asyncio.CancelledError()
+
+
 class FakeStub:
-    """A replica's Agentix stub: records the program RPCs it gets; StartProgram and
-    EngineStats wait on their gate when one is set."""
+    """A replica's Agentix stub: records the RPCs it gets; StartProgram and EngineStats
+    wait on their gate when one is set; a forwarded Generate is the test's to feed
+    (`forwarded`); Abort finds no call (the replica's engine has not seen it), or raises
+    `abort_error` when set."""
 
     def __init__(self) -> None:
         self.log: list[tuple[str, str]] = []
         self.start_gate: Gate | None = None
         self.stats_gate: Gate | None = None
         self.stats = pb.EngineStatsResponse()
+        self.forwarded: list[Forwarded] = []
+        self.abort_error: grpc.aio.AioRpcError | None = None
 
     async def StartProgram(self, request, metadata=(), timeout=None):
         self.log.append(("start", request.program_id))
@@ -62,7 +94,15 @@ class FakeStub:
         return self.stats
 
     def Generate(self, request, metadata=()):
-        raise AssertionError("no call may be forwarded in these tests")
+        self.log.append(("generate", request.call_id))
+        self.forwarded.append(Forwarded())
+        return self.forwarded[-1]
+
+    async def Abort(self, request, metadata=(), timeout=None):
+        self.log.append(("abort", request.call_id))
+        if self.abort_error is not None:
+            raise self.abort_error
+        return pb.AbortResponse(aborted=False)
 
 
 class FakeHealth:
@@ -183,6 +223,98 @@ def test_tokens_forwarded_during_a_stats_poll_still_count():
         assert await poll
         assert replica.sent_tokens == 30
         assert replica.load().waiting_tokens == 130
+        await router.close()
+
+    run(scenario())
+
+
+class Prompts:
+    """RouterPrompts that size every prompt at once: 4 tokens."""
+
+    async def shape(self, request, block_size):
+        return PromptShape(4, ())
+
+
+def generating(router: Router, request: pb.GenerateRequest
+               ) -> tuple[RouterServicer, asyncio.Future]:
+    """`request`'s Generate through a servicer over `router`, under way: the servicer and
+    the future of the call's responses."""
+    servicer = RouterServicer(router, Prompts())
+
+    async def generate():
+        return [r async for r in servicer.Generate(request, FakeContext())]
+
+    return servicer, asyncio.ensure_future(generate())
+
+
+async def abort(servicer: RouterServicer, call_id: str) -> bool:
+    reply = await servicer.Abort(pb.AbortRequest(call_id=call_id), FakeContext())
+    return reply.aborted
+
+
+def abort_final(call_id: str) -> pb.GenerateResponse:
+    return pb.GenerateResponse(call_id=call_id, final=pb.Final(
+        finish_reason="abort", usage=pb.Usage(prompt_tokens=4)))
+
+
+def test_an_abort_while_the_program_starts_on_the_replica_is_never_forwarded():
+    async def scenario():
+        router, stubs = make_router()
+        router.programs.start(router.clock(), "p", "p", None)
+        gate = Gate()
+        for stub in stubs:
+            stub.start_gate = gate
+        servicer, call = generating(router, pb.GenerateRequest(
+            program_id="p", call_id="c", token_ids=pb.TokenIds(ids=[1, 2, 3, 4])))
+        await gate.entered.wait()  # StartProgram is on its way to replica 0
+        assert router.calls["c"].phase is CallPhase.STARTING
+        assert await abort(servicer, "c")
+        gate.opened.set()  # replica 0 started the program
+        assert await asyncio.wait_for(call, 5) == [abort_final("c")]
+        assert stubs[0].log == [("start", "p")] and stubs[1].log == []  # never forwarded
+        assert router.calls == {} and router.programs.routed["p"].started_on == {0}
+        record = router.programs.get("p")
+        assert (record.num_calls, record.active_calls, record.service) == (1, {}, 0.0)
+        await router.close()
+
+    run(scenario())
+
+
+def test_an_abort_while_the_forwarded_call_is_in_transit_cancels_it():
+    async def scenario():
+        router, stubs = make_router()
+        servicer, call = generating(router, pb.GenerateRequest(
+            call_id="c", token_ids=pb.TokenIds(ids=[1, 2, 3, 4])))
+        while not stubs[0].forwarded:
+            await asyncio.sleep(0)
+        assert router.calls["c"].phase is CallPhase.FORWARDED
+        assert await abort(servicer, "c")
+        assert await asyncio.wait_for(call, 5) == [abort_final("c")]
+        assert stubs[0].log == [("generate", "c"), ("abort", "c")]
+        assert stubs[0].forwarded[0].cancelled  # the replica aborts it on arrival
+        assert router.calls == {} and router.retried == 0 and stubs[1].log == []
+        await router.close()
+
+    run(scenario())
+
+
+def test_an_abort_its_replica_cannot_take_cuts_the_streaming_call():
+    async def scenario():
+        router, stubs = make_router()
+        stubs[0].abort_error = grpc.aio.AioRpcError(
+            grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), "gone")
+        delta = pb.GenerateResponse(call_id="c", delta=pb.Delta(token_ids=[7]))
+        servicer, call = generating(router, pb.GenerateRequest(
+            call_id="c", token_ids=pb.TokenIds(ids=[1, 2, 3, 4])))
+        while not stubs[0].forwarded:
+            await asyncio.sleep(0)
+        stubs[0].forwarded[0].send(delta)
+        while router.calls["c"].phase is not CallPhase.STREAMING:
+            await asyncio.sleep(0)
+        assert await abort(servicer, "c")
+        assert await asyncio.wait_for(call, 5) == [delta, abort_final("c")]
+        assert stubs[0].log == [("generate", "c"), ("abort", "c")]
+        assert stubs[0].forwarded[0].cancelled and router.calls == {}
         await router.close()
 
     run(scenario())

@@ -1,4 +1,5 @@
-"""The `llama3_json` and `pythonic` tool-call formats: exact parses and exact stream fragments."""
+"""The `llama3_json` and `pythonic` tool-call formats: exact parses and exact stream fragments,
+a call opening once its name is known and its arguments streaming as they are written."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def test_llama3_one_call():
     ]
 
 
-def test_llama3_tag_and_two_calls_each_sent_when_its_object_closes():
+def test_llama3_tag_and_two_calls_each_opened_once_its_name_is_known():
     text = f"<|python_tag|>{F}; {G}"
     assert make("llama3_json").parse(text) == ParsedOutput(
         None, (ToolCall("call_0", "f", '{"a": 1}'), ToolCall("call_1", "g", '{"b": "ü"}'))
@@ -35,8 +36,10 @@ def test_llama3_tag_and_two_calls_each_sent_when_its_object_closes():
         call_arguments(0, '{"a": 1}'),
     ]
     assert parser.feed("; ") == []
-    assert parser.feed(G[:-1]) == []
-    assert parser.feed(G[-1]) == [call_opening(1, "call_1", "g"), call_arguments(1, '{"b": "ü"}')]
+    assert parser.feed('{"name": "g"') == [call_opening(1, "call_1", "g")]
+    assert parser.feed(', "arguments": {"b": "') == [call_arguments(1, '{"b": "')]
+    assert parser.feed('ü"}') == [call_arguments(1, 'ü"}')]
+    assert parser.feed("}") == []
     assert parser.finish() == []
 
 
@@ -57,16 +60,42 @@ def test_llama3_content_before_a_call_makes_it_all_content():
     assert stream(make("llama3_json"), [text]) == [{"content": text}]
 
 
-def test_llama3_malformed_json_is_content():
-    text = '{"name": "f", "parameters": {"a": }}'
+def test_llama3_malformed_json_before_the_name_is_content():
+    text = '{"parameters": {"a": }, "name": "f"}'
     assert make("llama3_json").parse(text) == ParsedOutput(text, ())
     parser = make("llama3_json")
     assert parser.feed(text) == [{"content": text}]
     assert parser.finish() == []
 
 
-def test_llama3_unterminated_object_is_held_then_content():
-    text = '<|python_tag|>{"name": "f", "parameters": {"a": 1}'
+def test_llama3_malformed_arguments_after_the_name_pass_through_raw():
+    text = '{"name": "f", "parameters": {"a": }}; {"name": "g", "parameters": {}}'
+    assert make("llama3_json").parse(text) == ParsedOutput(
+        None, (ToolCall("call_0", "f", '{"a": }'), ToolCall("call_1", "g", "{}"))
+    )
+    parser = make("llama3_json")
+    assert parser.feed('{"name": "f", "parameters": {"a": ') == [
+        call_opening(0, "call_0", "f"),
+        call_arguments(0, '{"a": '),
+    ]
+    assert parser.feed("}") == [call_arguments(0, "}")]
+
+
+def test_llama3_unterminated_object_is_a_call_with_the_arguments_so_far():
+    text = '<|python_tag|>{"name": "f", "parameters": {"a": 1, "b": "x'
+    assert make("llama3_json").parse(text) == ParsedOutput(
+        None, (ToolCall("call_0", "f", '{"a": 1, "b": "x'),)
+    )
+    parser = make("llama3_json")
+    assert parser.feed(text) == [
+        call_opening(0, "call_0", "f"),
+        call_arguments(0, '{"a": 1, "b": "x'),
+    ]
+    assert parser.finish() == []
+
+
+def test_llama3_object_cut_before_its_name_is_held_then_content():
+    text = '<|python_tag|>{"parameters": {"a": 1}, "na'
     assert make("llama3_json").parse(text) == ParsedOutput(text, ())
     parser = make("llama3_json")
     assert parser.feed(text) == []
@@ -92,7 +121,7 @@ def test_llama3_text_after_a_call_is_content_from_the_separator():
         (" ;", None),
         (";;", ";;"),
         (" " + G, " " + G),  # a second call must follow a `;`
-        ("; " + G[:-1], "; " + G[:-1]),
+        ('; {"name', '; {"name'),
         ('; {"answer": 42}', '; {"answer": 42}'),
     ],
 )
@@ -106,9 +135,7 @@ def test_llama3_what_follows_a_call(rest, content):
     "text",
     [
         '{"answer": 42}',
-        '{"name": "f", "parameters": {}, "arguments": {}}',
-        '{"name": "f", "parameters": [1]}',
-        '{"name": "f", "parameters": {"x": 1e999}}',
+        '{"name": "", "parameters": {}}',
         "<|python_tag|>",
         "<|python",
         '<|python_tag|>brave_search.call(query="x")',
@@ -120,6 +147,23 @@ def test_llama3_output_that_does_not_start_with_a_call_is_content(text):
     assert make("llama3_json").parse(text) == ParsedOutput(text or None, ())
 
 
+@pytest.mark.parametrize(
+    ("text", "arguments"),
+    [
+        ('{"name": "f", "parameters": {}, "arguments": {"a": 1}}', "{}"),
+        ('{"name": "f", "arguments": {"a": 1}, "parameters": {}}', '{"a": 1}'),
+        ('{"name": "f", "parameters": [1]}', "[1]"),
+        ('{"name": "f", "parameters": {"x": 1e999}}', '{"x": 1e999}'),
+        ('{"name": "f"}', "{}"),
+    ],
+)
+def test_llama3_object_is_a_call_once_its_name_is_known(text, arguments):
+    """The first arguments key counts; arguments not a JSON object pass through raw."""
+    assert make("llama3_json").parse(text) == ParsedOutput(
+        None, (ToolCall("call_0", "f", arguments),)
+    )
+
+
 def test_llama3_braces_inside_strings_do_not_end_the_object():
     text = '{"name": "f", "parameters": {"code": "if (x) { y(\\"}\\") }"}}'
     assert make("llama3_json").parse(text).tool_calls == (
@@ -127,18 +171,20 @@ def test_llama3_braces_inside_strings_do_not_end_the_object():
     )
 
 
-def test_pythonic_one_call_is_sent_at_finish():
+def test_pythonic_call_opens_at_its_paren_and_streams_argument_by_argument():
     text = '[get_weather(city="Paris", unit="c")]'
     assert make("pythonic").parse(text) == ParsedOutput(
         None, (ToolCall("call_0", "get_weather", '{"city": "Paris", "unit": "c"}'),)
     )
     parser = make("pythonic")
-    assert parser.feed("[get_weather(") == []
-    assert parser.feed('city="Paris", unit="c")]') == []
-    assert parser.finish() == [
-        call_opening(0, "call_0", "get_weather"),
-        call_arguments(0, '{"city": "Paris", "unit": "c"}'),
-    ]
+    assert parser.feed("[get_weather") == []
+    assert parser.feed("(") == [call_opening(0, "call_0", "get_weather")]
+    assert parser.feed('city="Par') == []
+    assert parser.feed('is", ') == [call_arguments(0, '{"city": "Paris"')]
+    assert parser.feed('unit="c"') == []
+    assert parser.feed(")") == [call_arguments(0, ', "unit": "c"}')]
+    assert parser.feed("]") == []
+    assert parser.finish() == []
 
 
 def test_pythonic_two_calls_with_every_literal_kind():
@@ -167,39 +213,64 @@ def test_pythonic_content_before_a_call_makes_it_all_content():
     assert make("pythonic").parse(text) == ParsedOutput(text, ())
 
 
-def test_pythonic_text_starting_with_a_bracket_is_held_to_the_end():
+def test_pythonic_text_starting_with_a_bracket_is_content_once_no_call_can_open():
     parser = make("pythonic")
-    assert parser.feed("[1] foot") == []
-    assert parser.feed("note") == []
-    assert parser.finish() == [{"content": "[1] footnote"}]
+    assert parser.feed(" [") == []
+    assert parser.feed("f") == []
+    assert parser.feed("oo bar") == [{"content": " [foo bar"}]
+    assert parser.feed("]") == [{"content": "]"}]
+    assert parser.finish() == []
 
 
 @pytest.mark.parametrize(
     "text",
     [
-        "[f(1)]",
-        "[f(x=1, x=2)]",
-        "[f(**kw)]",
-        "[f(x=y)]",
         "[a.b(x=1)]",
-        "[f(x=(1, 2))]",
-        "[f(x={1, 2})]",
-        "[f(x={1: 2})]",
-        "[f(x=b'1')]",
-        "[f(x=1j)]",
-        "[f(x=1e999)]",
-        "[f(x=float('nan'))]",
-        "[f(x={[1]: 2})]",
+        "[None(x=1)]",
         "[]",
-        "[f(x=1)",
-        "[f(x=1)] trailing",
-        "[f(x=1)]; [g()]",
+        "[1] footnote",
         "f(x=1)",
         "[" * 500 + "]" * 500,
     ],
 )
-def test_pythonic_output_not_a_list_of_literal_calls_is_content(text):
+def test_pythonic_output_that_does_not_begin_with_a_call_is_content(text):
     assert make("pythonic").parse(text) == ParsedOutput(text, ())
+
+
+@pytest.mark.parametrize(
+    ("text", "content", "arguments"),
+    [
+        ("[f(1)]", None, "1"),
+        ("[f(x=1, x=2)]", None, '{"x": 1, "x": 2}'),
+        ("[f(**kw)]", None, "**kw"),
+        ("[f(x=y)]", None, "x=y"),
+        ("[f(x=(1, 2))]", None, "x=(1, 2)"),
+        ("[f(x={1, 2})]", None, "x={1, 2}"),
+        ("[f(x={1: 2})]", None, "x={1: 2}"),
+        ("[f(x=b'1')]", None, "x=b'1'"),
+        ("[f(x=1j)]", None, "x=1j"),
+        ("[f(x=1e999)]", None, "x=1e999"),
+        ("[f(x=float('nan'))]", None, "x=float('nan')"),
+        ("[f(x={[1]: 2})]", None, "x={[1]: 2}"),
+        ("[f(a=1, b=y, c=2)]", None, '{"a": 1, b=y, c=2'),
+        ("[f(a=1,)]", None, '{"a": 1}'),
+        ("[f(x='''a'b,)''', y=\"c)\\\"\")]", None, '{"x": "a\'b,)", "y": "c)\\""}'),
+        ("[f(x=1)", None, '{"x": 1}'),
+        ("[f(x=1, y=[2", None, '{"x": 1'),
+        ("[f(x=1),", None, '{"x": 1}'),
+        ("[f(x=1)] trailing", " trailing", '{"x": 1}'),
+        ("[f(x=1)]; [g()]", "; [g()]", '{"x": 1}'),
+        ("[f(x=1) g()]", " g()]", '{"x": 1}'),
+        ("[f(x=1), 3]", ", 3]", '{"x": 1}'),
+    ],
+)
+def test_pythonic_call_stays_a_call_once_open(text, content, arguments):
+    """An argument that is no keyword literal: the rest of the list passes through raw; an
+    output cut inside a call: the arguments complete so far; text that does not go on to a
+    call: content from just past the last `)`, or after the `]`."""
+    assert make("pythonic").parse(text) == ParsedOutput(
+        content, (ToolCall("call_0", "f", arguments),)
+    )
 
 
 def test_pythonic_unicode_arguments():

@@ -1,10 +1,14 @@
-"""Helpers for the tool-parser tests: counter ids, streaming a text in given pieces, and folding
-the delta fragments of a stream back into (content, calls) to compare with `parse`."""
+"""Helpers for the output-parser tests: counter ids, streaming a text in given pieces, random
+outputs cut into deltas, and folding the delta fragments of a stream back into (content,
+calls) to compare with `parse` (or, for the door tests, the openai SDK's tool-call deltas
+into calls)."""
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable
+
+from hypothesis import strategies as st
 
 from server.tool_parsers import TOOL_PARSERS, ToolCall, ToolParser
 
@@ -54,3 +58,25 @@ def splits(text: str, max_pieces: int) -> Iterable[list[str]]:
         for points in itertools.combinations(range(1, len(text)), cuts):
             bounds = (0, *points, len(text))
             yield [text[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+def joined_calls(deltas) -> list[tuple[str, str]]:
+    """(name, arguments) of each call an openai SDK stream's tool-call deltas make, its
+    argument deltas joined, by index."""
+    calls: dict[int, list[str]] = {}
+    for delta in deltas:
+        name, arguments = calls.setdefault(delta.index, ["", ""])
+        calls[delta.index] = [name + (delta.function.name or ""),
+                              arguments + (delta.function.arguments or "")]
+    return [tuple(calls[i]) for i in sorted(calls)]
+
+
+@st.composite
+def cut_outputs(draw, pieces: list[str], max_pieces: int) -> tuple[str, list[str]]:
+    """An output (up to `max_pieces` of `pieces`, or any text) and its split at random cut
+    points (empty deltas included)."""
+    text = draw(st.one_of(st.lists(st.sampled_from(pieces), max_size=max_pieces).map("".join),
+                          st.text(max_size=30)))
+    cuts = sorted(draw(st.lists(st.integers(0, len(text)), max_size=8)))
+    bounds = [0, *cuts, len(text)]
+    return text, [text[a:b] for a, b in zip(bounds, bounds[1:])]

@@ -63,9 +63,10 @@ def mode_list(text: str) -> list[str]:
 
 def run_engine(case: Case, mode: Mode, device: str) -> tuple[list[list[int]], dict[str, int]]:
     """The engine's tokens for every prompt of `case`, and its figures, under `mode`."""
+    from bench.sim.baselines import PLAIN
     from engine import LLM, SamplingParams
 
-    config = {"dtype": case.dtype, "device": device, "block_size": case.block_size,
+    config = {**PLAIN, "dtype": case.dtype, "device": device, "block_size": case.block_size,
               "num_kv_blocks": sum(case.blocks()) + 8, **mode.overrides}
     llm = LLM(case.model_dir, **config)
     params = [SamplingParams(max_tokens=n, ignore_eos=case.ignore_eos) for n in case.max_tokens]

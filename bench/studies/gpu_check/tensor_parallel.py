@@ -32,9 +32,10 @@ def resolve(args: argparse.Namespace) -> str:
 
 
 def generate(model_dir: str, tp: int, prompts: list[list[int]], max_tokens: int) -> dict:
+    from bench.sim.baselines import PLAIN
     from engine import LLM, SamplingParams
 
-    llm = LLM(model_dir, device="cuda", tensor_parallel_size=tp)
+    llm = LLM(model_dir, **PLAIN, device="cuda", tensor_parallel_size=tp)
     params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
     llm.generate(prompts[:1], SamplingParams(max_tokens=2, ignore_eos=True))  # warm-up
     start = time.perf_counter()
