@@ -156,3 +156,22 @@ def test_the_flag_needs_an_http_port():
                  lambda: RouterOptions(replicas=("127.0.0.1:1",), infer_programs=True)):
         with pytest.raises(ValueError, match="infer_programs: .* needs http_port"):
             make()
+
+
+def test_a_stateless_responses_client_resending_its_history_keeps_one_program(server):
+    """The Agents SDK's default: every turn re-sends the whole conversation, no
+    previous_response_id; the turns join one program, whose id each response reports."""
+    address = server.http_address
+    with sdk(address) as client:
+        turn = [{"role": "user", "content": "w33 w34"}]
+        first = client.responses.create(model="tiny", input=turn, max_output_tokens=4,
+                                        temperature=0, extra_body={"ignore_eos": True})
+        turn += [{"role": "assistant", "content": first.output_text},
+                 {"role": "user", "content": "w35"}]
+        second = client.responses.create(model="tiny", input=turn, max_output_tokens=4,
+                                         temperature=0, extra_body={"ignore_eos": True})
+    program_id = first.model_extra["program_id"]
+    assert program_id.startswith("prog-") and second.model_extra["program_id"] == program_id
+    assert program(address, program_id)["num_calls"] == 2
+    assert program(address, program_id, action=":end")["state"] == "completed"
+    wait_idle(server)
