@@ -3,7 +3,9 @@ i is the word `w{i}`), build requests, read streams, and check that nothing leak
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 
 import grpc
 import pytest
@@ -118,3 +120,36 @@ def rpc_error(fn, *args, **kwargs) -> grpc.RpcError:
         if hasattr(result, "__iter__") and not hasattr(result, "SerializeToString"):
             list(result)
     return info.value
+
+
+class SlowExecutor:
+    """Runs every step through `inner`, then sleeps `seconds` (an engine at a fraction of
+    its speed)."""
+
+    def __init__(self, inner, seconds: float) -> None:
+        self.inner, self.seconds = inner, seconds
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def execute(self, plan):
+        result = self.inner.execute(plan)
+        time.sleep(self.seconds)
+        return result
+
+
+def slow_down(server, seconds: float) -> None:
+    """Make every later step of `server`'s engine take `seconds` more."""
+    server.engine_loop.call(lambda engine: setattr(
+        engine, "executor", SlowExecutor(engine.executor, seconds)))
+
+
+@contextlib.contextmanager
+def slowed(server, seconds: float) -> Iterator[None]:
+    """`slow_down` for the block, then the engine's own speed again."""
+    slow_down(server, seconds)
+    try:
+        yield
+    finally:
+        server.engine_loop.call(lambda engine: setattr(
+            engine, "executor", engine.executor.inner))

@@ -4,8 +4,9 @@ signal: tests/server/test_cli_signals.py; `agentix top`: tests/server/test_cli_t
 
 "Before the model loads" is shown twice. The model directories are poisoned (a valid
 config.json, garbage weights): had the CLI loaded the model, it would have failed otherwise.
-And each failure is timed against `floor`, what `import server.app` (torch, grpc) alone
-costs. Measured on a 2-core CPU box: floor 1.3 s; a check that fails after that import 1.35 s;
+And representative failures, each in a process of its own, are timed against `floor`, what
+`import server.app` (torch, grpc) alone costs (the others run in this process, by
+`cli.main`, so the file stays fast). Measured on a 2-core CPU box: floor 1.3 s; a check that fails after that import 1.35 s;
 the tiny model served and ready 2.8 s (SmolLM2-135M 5.1 s). So a failure must come within
 LOAD_FACTOR x floor, and the checks made before torch is imported (the model path) within
 half the floor (they take 0.05 s)."""
@@ -62,6 +63,17 @@ def fail(*args: str) -> tuple[str, float]:
     return done.stderr, seconds
 
 
+def refused(capsys, *args: str) -> str:
+    """`agentix serve ARGS` run in this process: its one line of stderr, asserting status 2
+    (the checks' message; the poisoned weights make a load fail otherwise)."""
+    with pytest.raises(SystemExit) as info:
+        cli.main(["serve", *args])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and err.count("\n") == 1, err
+    assert err.startswith("agentix serve: error: ")
+    return err
+
+
 def test_a_missing_model_path_fails_before_torch_is_imported(floor, tmp_path):
     message, seconds = fail("--model", str(tmp_path / "nope"))
     assert f"model: {tmp_path / 'nope'} does not exist" in message
@@ -80,7 +92,7 @@ def test_a_directory_without_config_json_fails_fast(floor, tmp_path):
     assert seconds < LOAD_FACTOR * floor
 
 
-def test_a_taken_port_fails_before_the_model_loads(floor, poisoned_dir):
+def test_a_taken_port_fails_before_the_model_loads(poisoned_dir, capsys):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -88,10 +100,9 @@ def test_a_taken_port_fails_before_the_model_loads(floor, poisoned_dir):
         for flags, flag in ((["--port", port], "--port"),
                             (["--port", "0", "--http-port", port], "--http-port"),
                             (["--port", "0", "--metrics-port", port], "--metrics-port")):
-            message, seconds = fail("--model", poisoned_dir, *flags)
+            message = refused(capsys, "--model", poisoned_dir, *flags)
             assert f"{flag}: cannot listen on 127.0.0.1:{port}: Address already in use" \
                 in message
-            assert seconds < LOAD_FACTOR * floor
 
 
 @pytest.mark.parametrize("flags, expected", [
@@ -122,19 +133,25 @@ def test_a_taken_port_fails_before_the_model_loads(floor, poisoned_dir):
                                       "'<think>' as one token, and the model's vocabulary has "
                                       "no such token"),
 ])
-def test_bad_arguments_fail_before_the_model_loads(floor, poisoned_dir, flags, expected):
-    message, seconds = fail("--model", poisoned_dir, "--port", "0", *flags)
-    assert expected in message
+def test_bad_arguments_fail_before_the_model_loads(poisoned_dir, flags, expected, capsys):
+    assert expected in refused(capsys, "--model", poisoned_dir, "--port", "0", *flags)
+
+
+def test_a_bad_argument_costs_about_an_import(floor, poisoned_dir):
+    """One refusal that reads the model's config, timed in a process of its own."""
+    message, seconds = fail("--model", poisoned_dir, "--port", "0",
+                            "--tensor-parallel-size", "3")
+    assert "tensor_parallel_size 3 does not divide" in message
     assert seconds < LOAD_FACTOR * floor
 
 
-def test_no_grpc_without_http_fails_fast(poisoned_dir):
-    message, _ = fail("--model", poisoned_dir, "--no-grpc")
+def test_no_grpc_without_http_fails_fast(poisoned_dir, capsys):
+    message = refused(capsys, "--model", poisoned_dir, "--no-grpc")
     assert "--no-grpc: an HTTP-only server needs --http-port" in message
 
 
-def test_infer_programs_without_http_fails_fast(poisoned_dir):
-    message, _ = fail("--model", poisoned_dir, "--port", "0", "--infer-programs")
+def test_infer_programs_without_http_fails_fast(poisoned_dir, capsys):
+    message = refused(capsys, "--model", poisoned_dir, "--port", "0", "--infer-programs")
     assert message.endswith("--infer-programs: it infers the programs of the HTTP door's "
                             "chat requests, so it needs --http-port\n")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import openai
 import pytest
-from grpc_helpers import start, wait_idle
+from grpc_helpers import slowed, start, wait_idle
 from tool_call_model import CALL_TEXT, CALL_WORDS
 
 from server.response_store import ResponseLimits
@@ -252,23 +252,24 @@ def test_a_full_waiting_queue_is_a_429_and_nothing_is_stored(server, clients):
     oscar = clients["oscar"]
     kept = [create(oscar) for _ in range(PER_TENANT)]  # the tenant's whole store
     before = programs(server)
-    running = oscar.completions.create(model="tiny", prompt="hello", max_tokens=240,
-                                       temperature=0, stream=True,
-                                       extra_body={"ignore_eos": True})
-    next(iter(running))
-    waiting = oscar.completions.create(model="tiny", prompt="hello", max_tokens=4,
-                                       temperature=0, stream=True)
 
     def load() -> tuple[int, int]:
         stats = server.engine_loop.call(lambda engine: engine.stats().load)
         return stats.calls_running, stats.calls_waiting
 
-    assert load() == (1, 1)
-    error = refused(lambda: create(oscar, previous_response_id=kept[0].id))
-    assert (error.status_code, error.body["type"]) == (429, "rate_limit_error")
-    assert "waiting queue is full" in error.body["message"]
-    assert load() == (1, 1), "the long call finished too early: the queue was not full"
-    running.close()
+    with slowed(server, 0.05):  # the long call's 240 steps take 12 s at least
+        running = oscar.completions.create(model="tiny", prompt="hello", max_tokens=240,
+                                           temperature=0, stream=True,
+                                           extra_body={"ignore_eos": True})
+        next(iter(running))
+        waiting = oscar.completions.create(model="tiny", prompt="hello", max_tokens=4,
+                                           temperature=0, stream=True)
+        assert load() == (1, 1)
+        error = refused(lambda: create(oscar, previous_response_id=kept[0].id))
+        assert (error.status_code, error.body["type"]) == (429, "rate_limit_error")
+        assert "waiting queue is full" in error.body["message"]
+        assert load() == (1, 1), "the long call finished too early: the queue was not full"
+        running.close()
     assert len(list(waiting)) > 1
     # storing one more would have evicted the tenant's oldest; no program was started
     assert [oscar.responses.retrieve(r.id).id for r in kept] == [r.id for r in kept]

@@ -15,7 +15,7 @@ import time
 
 import grpc
 import pytest
-from grpc_helpers import start, wait_idle
+from grpc_helpers import slow_down, start, wait_idle
 from router_helpers import (TOKEN, Partition, ReplicaProcess, in_process_replicas, router_over,
                             wait_until)
 from test_http_errors import SSE
@@ -194,22 +194,6 @@ def test_stopping_the_router_mid_stream_ends_the_stream_retryably_and_leaves_not
         replica.stop(grace=0)
 
 
-class _SlowExecutor:
-    """Runs every step through `inner`, then sleeps `seconds` (a replica at a fraction of
-    its speed)."""
-
-    def __init__(self, inner, seconds: float) -> None:
-        self.inner, self.seconds = inner, seconds
-
-    def __getattr__(self, name: str):
-        return getattr(self.inner, name)
-
-    def execute(self, plan):
-        result = self.inner.execute(plan)
-        time.sleep(self.seconds)
-        return result
-
-
 def test_a_replica_at_a_tenth_of_its_speed_holds_up_no_program(tiny_llama_dir):
     """Replica 0's every step takes 50 ms more (a tenth of its speed or less), behind
     least_loaded placement: every program finishes and both replicas end idle. (Which
@@ -217,8 +201,7 @@ def test_a_replica_at_a_tenth_of_its_speed_holds_up_no_program(tiny_llama_dir):
     between two polls follow the same stale figure, and in 1 of 4 runs the slow replica
     got the larger share.)"""
     with replicas_behind_least_loaded(tiny_llama_dir) as (replicas, router):
-        replicas[0].engine_loop.call(lambda engine: setattr(
-            engine, "executor", _SlowExecutor(engine.executor, 0.05)))
+        slow_down(replicas[0], 0.05)
         assert not run_programs(router.address, count=6, calls=4, max_tokens=16)
         tokens = [r.engine_loop.call(lambda e: e.counters.generation_tokens)
                   for r in replicas]
@@ -238,8 +221,7 @@ def test_a_replica_lost_while_n_choices_stream_ends_the_stream_with_an_error(tin
                          model=tiny_llama_dir, http_port=0)
     try:
         for replica in replicas:
-            replica.engine_loop.call(lambda engine: setattr(
-                engine, "executor", _SlowExecutor(engine.executor, 0.02)))
+            slow_down(replica, 0.02)
         wait_until(lambda: router.call(lambda: all(r.healthy for r in router.router.replicas)),
                    what="both replicas serving")  # replica 1's first check, through the relay
         sse = SSE(router, "/v1/completions", {"prompt": [1, 5, 6], "n": 2, "temperature": 0,
