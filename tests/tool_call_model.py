@@ -5,7 +5,8 @@ one hermes-style tool call; `build_successor_model` with any words.
 Their word-level vocabulary spells the answer, and their weights make them successor models:
 the layers add nothing (zero output projections), embeddings are one-hot and the head maps
 token k to token k + 1, so after the chat template's generation prompt word `go` they emit
-the answer's words in order and then EOS. The tool-call model's template shows each
+the answer's words in order and then EOS, sampled as well as greedy (the next word's logit
+is about 57 above every other's). The tool-call model's template shows each
 message's content, a `tools` word when tools are offered, and the generation prompt."""
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ CALL_WORDS = ["<tool_call>", '{"name":', '"get_weather",', '"arguments":', '{"ci
               '"Paris"}}', "</tool_call>"]
 CALL_TEXT = " ".join(CALL_WORDS)  # what the model says (the word tokenizer joins by spaces)
 CALL_ARGUMENTS = '{"city": "Paris"}'  # the arguments of the call it makes, as parsed
+# The final norm makes a one-hot hidden state sqrt(32) ~ 5.7 at its word: logit ~ 57 for the
+# next word, 0 for the rest, so sampling at temperature 1 picks another once in ~1e23.
+HEAD_WEIGHT = 10.0
 TEMPLATE = ("{% if tools %}tools {% endif %}{% for m in messages %}{{ m.content }} "
             "{% endfor %}{% if add_generation_prompt %}go{% endif %}")
 
@@ -48,7 +52,7 @@ def build_successor_model(path, answer: list[str], template: str) -> None:
         model.lm_head.weight.zero_()
         for k in range(len(vocab)):
             model.model.embed_tokens.weight[k, k] = 1.0
-            model.lm_head.weight[(k + 1) % len(vocab), k] = 1.0
+            model.lm_head.weight[(k + 1) % len(vocab), k] = HEAD_WEIGHT
         for layer in model.model.layers:
             layer.self_attn.o_proj.weight.zero_()
             layer.mlp.down_proj.weight.zero_()

@@ -17,33 +17,28 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import ipaddress
 import json
-import os
-import socket
 from pathlib import Path
 from typing import Literal
 
-# Tracing off before the frameworks read their settings: no upload to OpenAI or LangSmith.
-os.environ["OPENAI_AGENTS_DISABLE_TRACING"] = "1"
-os.environ["LANGSMITH_TRACING"] = os.environ["LANGCHAIN_TRACING_V2"] = "false"
+from offline_helpers import offline  # noqa: F401  (first: tracing off)
 
-import agents  # noqa: E402
-import openai  # noqa: E402
-import pytest  # noqa: E402
-from agents import Agent, ModelSettings, OpenAIResponsesModel, Runner, function_tool  # noqa: E402
-from grpc_helpers import server_config, wait_idle  # noqa: E402
-from langchain_core.messages import AIMessage, HumanMessage, ToolMessage  # noqa: E402
-from langchain_core.tools import tool as langchain_tool  # noqa: E402
-from langchain_openai import ChatOpenAI  # noqa: E402
-from langgraph.errors import GraphRecursionError  # noqa: E402
-from langgraph.prebuilt import create_react_agent  # noqa: E402
-from pydantic import BaseModel, Field  # noqa: E402
-from reasoning_model import REASONING  # noqa: E402
-from tool_call_model import CALL_ARGUMENTS, CALL_WORDS  # noqa: E402
+import agents
+import openai
+import pytest
+from agents import Agent, ModelSettings, OpenAIResponsesModel, Runner, function_tool
+from grpc_helpers import server_config, wait_idle
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.tools import tool as langchain_tool
+from langchain_openai import ChatOpenAI
+from langgraph.errors import GraphRecursionError
+from langgraph.prebuilt import create_react_agent
+from pydantic import BaseModel, Field
+from reasoning_model import REASONING
+from tool_call_model import CALL_ARGUMENTS, CALL_WORDS
 
-from server.app import start_server  # noqa: E402
-from server.router import start_router  # noqa: E402
+from server.app import start_server
+from server.router import start_router
 
 CALL_TOKENS = len(CALL_WORDS) + 1  # one answer of the tool-call model: its words, then EOS
 CHATML_TOOLS = Path(__file__).parents[2] / "engine" / "chat_templates" / "chatml_tools.jinja"
@@ -75,45 +70,7 @@ def compact(model: BaseModel) -> str:
     return json.dumps(model.model_dump(mode="json"), separators=(",", ":"))
 
 
-# --- servers, and the offline check ----------------------------------------------------
-
-
-@pytest.fixture(scope="module", autouse=True)
-def offline():
-    """Fails the module if anything in it (a tracing exporter, a tokenizer or hub download)
-    looks up or connects to a host other than loopback: each such attempt is refused and
-    recorded."""
-    attempts: list[object] = []
-    real_connect, real_getaddrinfo = socket.socket.connect, socket.getaddrinfo
-
-    def loopback(host) -> bool:
-        if isinstance(host, bytes):
-            host = host.decode()
-        if host in (None, "localhost"):
-            return True
-        try:
-            return ipaddress.ip_address(str(host).split("%")[0]).is_loopback
-        except ValueError:
-            return False
-
-    def connect(sock, address):
-        if sock.family in (socket.AF_INET, socket.AF_INET6) and not loopback(address[0]):
-            attempts.append(address)
-            raise OSError(f"offline test: no connection to {address}")
-        return real_connect(sock, address)
-
-    def getaddrinfo(host, *args, **kwargs):
-        if not loopback(host):
-            attempts.append(host)
-            raise socket.gaierror(f"offline test: no lookup of {host}")
-        return real_getaddrinfo(host, *args, **kwargs)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(socket.socket, "connect", connect)
-        patch.setattr(socket, "getaddrinfo", getaddrinfo)
-        agents.set_tracing_disabled(True)
-        yield
-    assert attempts == []
+# --- servers ---------------------------------------------------------------------------
 
 
 @pytest.fixture(autouse=True)
