@@ -154,4 +154,10 @@ def serve_node(node_rank: int, nnodes: int, world: int, dist_init_addr: str,
 
 
 def _stopping(node_rank: int, why: str) -> None:
-    print(f"agentix node {node_rank}: stopping: {why}", file=sys.stderr, flush=True)
+    _say(f"agentix node {node_rank}: stopping: {why}")
+
+
+def _say(line: str) -> None:
+    """`line` on stderr in one write, so the workers' output sharing it cannot split it."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
