@@ -19,10 +19,12 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
-from bench.sim.baselines import BASELINES, DEFAULTS
+from bench.sim.arrivals import ArrivalProcess, parse_arrivals, retime
+from bench.sim.baselines import BASELINES, BLOCK_SIZE, DEFAULTS
 from bench.sim.client_programs import PROGRAM_IDS
 from bench.sim.cost_model import GPU_PRESETS, MODEL_PRESETS
 from bench.sim.hot_tenant import HOT_PREFIX_TOKENS, hot_tenant
+from bench.sim.memory_pressure import kv_block_overrides, parse_memory_pressure
 from bench.sim.metrics import compute_metrics, metrics_by_workload
 from bench.sim.workloads import WORKLOADS
 from server.config_flags import (name_list, parse_cutoff, parse_override,
@@ -120,6 +122,52 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _arrivals(text: str) -> ArrivalProcess:
+    try:
+        return parse_arrivals(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _memory_pressure(text: str) -> float:
+    try:
+        return parse_memory_pressure(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_arrivals_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--arrivals", type=_arrivals, default=parse_arrivals("poisson"),
+                        metavar="poisson|gamma[:CV]|onoff[:BURST,ON_FRACTION,CYCLE]",
+                        help="program arrival process at the mean rate (bench/sim/arrivals.py; "
+                             "default poisson: the generator's own draws)")
+
+
+def _add_memory_pressure_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--memory-pressure", type=_memory_pressure, default=1.0,
+                        metavar="1/4|1/8|F",
+                        help="keep this fraction of the preset's device KV blocks (bench/sim/"
+                             "memory_pressure.py; default 1; --set num_kv_blocks wins)")
+
+
+def _engine_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """`--memory-pressure`'s `num_kv_blocks`, then `--set`'s fields over it."""
+    fields = dict(args.set)
+    try:
+        kv = kv_block_overrides(args.memory_pressure, args.preset, args.model,
+                                fields.get("block_size", BLOCK_SIZE))
+    except ValueError as error:
+        raise SystemExit(f"agentix bench {args.bench_command}: {error}") from None
+    return {**kv, **fields}
+
+
+def _load_text(args: argparse.Namespace) -> str:
+    """", arrivals gamma:1.41" and ", memory 1/4" for a run off the defaults; else ""."""
+    arrivals = "" if args.arrivals.spec == "poisson" else f", arrivals {args.arrivals.spec}"
+    pressure = getattr(args, "memory_pressure", 1.0)
+    return arrivals + ("" if pressure == 1 else f", memory {pressure:g} of the KV blocks")
+
+
 def _speed_list(text: str) -> tuple[float, ...]:
     return tuple(positive_float(v) for v in text.split(","))
 
@@ -141,7 +189,9 @@ def _sim(args: argparse.Namespace) -> None:
     from bench.sim.simulate import simulate
 
     generator = importlib.import_module(f"bench.sim.workloads.{args.workload}")
-    trace = generator.generate(args.programs, args.seed, args.rate)
+    trace = retime(generator.generate(args.programs, args.seed, args.rate), args.arrivals,
+                   args.rate, args.seed)
+    overrides = _engine_overrides(args)
     if args.hot_tenant is not None:
         trace = hot_tenant(trace, args.hot_tenant, seed=args.seed)
     multi = _replica_options(args)
@@ -150,16 +200,17 @@ def _sim(args: argparse.Namespace) -> None:
                          "--replicas/--placement)")
     if multi:
         result = simulate_replicas(trace, args.policy, preset=args.preset, model=args.model,
-                                   engine_overrides=dict(args.set) or None, **multi)
+                                   engine_overrides=overrides or None, **multi)
     else:
         result = simulate(trace, args.policy, preset=args.preset, model=args.model,
-                          engine_overrides=dict(args.set) or None,
+                          engine_overrides=overrides or None,
                           program_ids=args.program_ids)
     metrics = compute_metrics(result.programs)
     summary = {
         "workload": args.workload, "policy": args.policy, "rate": args.rate,
         "programs": args.programs, "seed": args.seed, "overrides": dict(args.set),
         "hot_tenant": args.hot_tenant, "program_ids": args.program_ids,
+        "arrivals": args.arrivals.spec, "memory_pressure": args.memory_pressure,
         "preset": result.preset,
         "model": result.model, **metrics.to_dict(),
         "ttft_p50_s": result.ttft_percentile(50), "ttft_p99_s": result.ttft_percentile(99),
@@ -184,7 +235,7 @@ def _sim(args: argparse.Namespace) -> None:
     ids = f", program ids {args.program_ids}" if args.program_ids != "explicit" else ""
     print(f"{args.workload} x {args.programs} programs at {args.rate}/s "
           f"(seed {args.seed}{tenant}), policy {args.policy}, {result.model} on {result.preset} "
-          f"({result.num_kv_blocks} KV blocks){_replicas_text(multi)}{ids}")
+          f"({result.num_kv_blocks} KV blocks){_replicas_text(multi)}{ids}{_load_text(args)}")
     print(f"  programs completed   {metrics.programs_completed}")
     if "inferred_programs" in result.extra:
         counts = result.extra["inferred_programs"]
@@ -247,11 +298,11 @@ def _sweep(args: argparse.Namespace) -> None:
     target, how = _target(args)
     multi = _replica_options(args)
     print(f"{args.workload} x {args.programs} programs (seed {args.seed}), {args.model} on "
-          f"{args.preset}{_replicas_text(multi)}; latency target {target:.4f} s/token ({how})",
-          flush=True)
+          f"{args.preset}{_replicas_text(multi)}{_load_text(args)}; latency target "
+          f"{target:.4f} s/token ({how})", flush=True)
     points = sweep(args.workload, args.policies, args.rates, args.programs, args.seed,
                    preset=args.preset, model=args.model, progress=not args.no_progress,
-                   **multi)
+                   arrivals=args.arrivals, **multi)
     print()
     print(latency_table(points))
     print(capacity_table(points, target))
@@ -427,17 +478,19 @@ def _finite_capacity(args: argparse.Namespace, targets: list[LatencyTarget],
     from bench.analysis.capacity import find_capacities, write_outputs
     from bench.analysis.sweep_report import capacity_table
 
-    if "kv_events" in multi or "replica_speeds" in multi or args.set:
-        raise SystemExit("agentix bench capacity: --kv-events, --replica-speeds and --set are "
-                         "for the steady-state method, not --finite-trace")
+    if "kv_events" in multi or "replica_speeds" in multi or args.set or \
+            args.memory_pressure != 1:
+        raise SystemExit("agentix bench capacity: --kv-events, --replica-speeds, --set and "
+                         "--memory-pressure are for the steady-state method, not --finite-trace")
     print(f"{args.workload} x {args.programs} programs (seed {args.seed}), finite trace, "
-          f"{args.model} on {args.preset}{_replicas_text(multi)}; latency targets "
-          f"{_targets_text(targets)}", flush=True)
+          f"{args.model} on {args.preset}{_replicas_text(multi)}{_load_text(args)}; latency "
+          f"targets {_targets_text(targets)}", flush=True)
     points = find_capacities(args.workload, args.policies,
                              [t.seconds_per_token for t in targets], args.programs, args.seed,
                              args.start_rate, args.iterations, args.preset, args.model,
                              progress=not args.no_progress,
-                             max_expansions=args.max_expansions, **multi)
+                             max_expansions=args.max_expansions, arrivals=args.arrivals,
+                             **multi)
     for target in targets:
         print()
         print(capacity_table(points, target.seconds_per_token))
@@ -453,17 +506,18 @@ def _steady_capacity(args: argparse.Namespace, targets: list[LatencyTarget],
 
     config = SteadyConfig(args.warmup_programs, args.window_programs, args.tail_programs,
                           args.max_backlog_growth, args.warmup_seconds, args.tail_seconds)
-    overrides = dict(args.set)
+    overrides = _engine_overrides(args)
     settings = "".join(f", {field}={value!r}" for field, value in overrides.items())
     print(f"{args.workload} at steady state, seeds {','.join(map(str, args.seeds))}, "
-          f"{args.model} on {args.preset}{_replicas_text(multi)}{settings}; latency targets "
-          f"{_targets_text(targets)}", flush=True)
+          f"{args.model} on {args.preset}{_replicas_text(multi)}{_load_text(args)}{settings}; "
+          f"latency targets {_targets_text(targets)}", flush=True)
     runs = find_steady_capacities(args.workload, args.policies,
                                   [t.seconds_per_token for t in targets], args.seeds, config,
                                   args.start_rate, args.iterations, args.preset, args.model,
                                   progress=not args.no_progress,
                                   engine_overrides=overrides or None,
-                                  max_expansions=args.max_expansions, **multi)
+                                  max_expansions=args.max_expansions,
+                                  arrivals=args.arrivals, **multi)
     print()
     print(steady_points_table(runs))
     print(window_text(config, runs))
@@ -487,6 +541,7 @@ def _add_policy_run_arguments(parser: argparse.ArgumentParser, programs: int,
                         help="latency target in s/token (default: derived from unloaded vllm)")
     parser.add_argument("--out", default="bench/results", help=f"folder for {out_files}")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_arrivals_argument(parser)
     _add_replica_arguments(parser)
 
 
@@ -572,7 +627,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a baseline (bench/sim/baselines.py), or 'defaults': the engine's "
                           "own defaults, as `agentix serve` runs (default)")
     sim.add_argument("--rate", type=positive_float, default=1.0,
-                     help="program arrivals per second (Poisson; 'inf': all at once)")
+                     help="program arrivals per second (the mean of --arrivals; 'inf': all "
+                          "at once)")
     sim.add_argument("--programs", type=_positive_int, default=100)
     sim.add_argument("--seed", type=int, default=0)
     sim.add_argument("--preset", choices=sorted(GPU_PRESETS), default="a100-80g")
@@ -592,6 +648,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="make about this fraction of the programs one tenant's, every call "
                           f"starting with the same {HOT_PREFIX_TOKENS:,}-token system prompt "
                           "(see bench/sim/hot_tenant.py)")
+    _add_arrivals_argument(sim)
+    _add_memory_pressure_argument(sim)
     _add_replica_arguments(sim)
     _add_replica_state_arguments(sim)
     sim.set_defaults(run=_sim)
@@ -617,6 +675,7 @@ def build_parser() -> argparse.ArgumentParser:
     cap.add_argument("--fixed-target", type=_nonnegative_float, default=FIXED_TARGET,
                      help=f"a second, absolute latency target in s/token (default "
                           f"{FIXED_TARGET:g}; 0: none)")
+    _add_memory_pressure_argument(cap)
     _add_replica_state_arguments(cap)
     _add_steady_arguments(cap)
     cap.set_defaults(run=_capacity)

@@ -15,8 +15,8 @@ the other and share its runs: a (policy, rate) pair already run is never run aga
 second search walks the first one's doubling ladder for free.
 
 One trace is generated at 1 program/s and time-scaled for every rate (`retimed`: arrival /
-rate, the same programs in the same Poisson pattern), so all policies and rates see the same
-programs.
+rate, the same programs in the same arrival pattern, Poisson or a `bench.sim.arrivals`
+process), so all policies and rates see the same programs.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from tqdm import tqdm
 
 from bench.analysis.sweep import SweepPoint, generate_trace, meets_target, run_point
 from bench.analysis.sweep_report import capacity_table, plot_latency, points_table
+from bench.sim.arrivals import POISSON, ArrivalProcess, retime
 from bench.sim.multi_sim import DEFAULT_CUTOFF, replica_options
 from bench.sim.trace import Trace
 
@@ -85,13 +86,15 @@ def find_capacities(workload: str, policies: Sequence[str], targets: Sequence[fl
                     progress: bool = True, replicas: int = 1, placement: str | None = None,
                     cutoff: int | str = DEFAULT_CUTOFF,
                     placement_options: dict | None = None,
-                    max_expansions: int = MAX_EXPANSIONS) -> list[SweepPoint]:
-    """Run `search` for every policy and then every target on one trace; every (policy, rate)
-    pair is run once (on `replicas` engines behind `placement` when either is given, see
+                    max_expansions: int = MAX_EXPANSIONS,
+                    arrivals: ArrivalProcess = POISSON) -> list[SweepPoint]:
+    """Run `search` for every policy and then every target on one trace (programs arriving
+    by `arrivals`, `bench.sim.arrivals.retime`); every (policy, rate) pair is run once (on `replicas` engines behind `placement` when either is given, see
     `run_point`: the rates found are those of the whole group). Returns the points, policy
     by policy, in the order run."""
     multi = replica_options(replicas, placement, cutoff, placement_options)
-    base = generate_trace(workload, num_programs, seed, BASE_RATE)
+    base = retime(generate_trace(workload, num_programs, seed, BASE_RATE), arrivals, BASE_RATE,
+                  seed)
     with tqdm(desc=f"capacity {workload}", unit="run", disable=not progress) as bar:
         return search_policies(
             policies, targets, lambda policy, rate: run_point(

@@ -6,7 +6,7 @@ bounds. Here (DESIGN.md, "Measuring at steady state"):
 
 - Trace: `SteadyConfig.total_programs(r)` = warm-up + window + tail programs of the
   workload, generated per seed at `BASE_RATE` (1 program/s) and retimed to each rate
-  (`bench.analysis.capacity.retimed`): every rate sees the same programs in the same Poisson
+  (`bench.analysis.capacity.retimed`): every rate sees the same programs in the same arrival
   pattern (a workload generator lists its programs in arrival order, and the first n of a
   longer trace of the same seed are the trace of n: `TracePrefixes`).
 - Window: the programs arriving in [warmup, warmup + window) seconds at the base rate, that is
@@ -60,6 +60,7 @@ from tqdm import tqdm
 
 from bench.analysis.capacity import BASE_RATE, MAX_EXPANSIONS, retimed, search_policies
 from bench.analysis.sweep import SweepPoint, capacity, generate_trace, simulate_trace, summarize
+from bench.sim.arrivals import POISSON, ArrivalProcess, retime
 from bench.sim.metrics import ProgramRecord, compute_metrics
 from bench.sim.multi_sim import DEFAULT_CUTOFF, replica_options
 from bench.sim.simulate import EarlyStop
@@ -149,17 +150,19 @@ def _checked(rate: float) -> float:
 
 
 class TracePrefixes:
-    """One seed's trace of a workload at `BASE_RATE`, as long as asked: `first(n)` is the
-    trace of the first n programs, generated once and again only when a longer one is asked
-    for (a generator's first n programs do not depend on how many follow)."""
+    """One seed's trace of a workload at `BASE_RATE`, programs arriving by `arrivals`, as
+    long as asked: `first(n)` is the trace of the first n programs, generated once and again
+    only when a longer one is asked for (a generator's first n programs, and an arrival
+    process's first n times, do not depend on how many follow)."""
 
-    def __init__(self, workload: str, seed: int) -> None:
-        self.workload, self.seed = workload, seed
+    def __init__(self, workload: str, seed: int, arrivals: ArrivalProcess = POISSON) -> None:
+        self.workload, self.seed, self.arrivals = workload, seed, arrivals
         self._trace = Trace(())
 
     def first(self, n: int) -> Trace:
         if len(self._trace.programs) < n:
-            self._trace = generate_trace(self.workload, n, self.seed, BASE_RATE)
+            self._trace = retime(generate_trace(self.workload, n, self.seed, BASE_RATE),
+                                 self.arrivals, BASE_RATE, self.seed)
         if len(self._trace.programs) == n:
             return self._trace
         return Trace(self._trace.programs[:n])
@@ -311,9 +314,10 @@ def find_steady_capacities(workload: str, policies: Sequence[str], targets: Sequ
                            placement_options: dict | None = None, kv_events: bool = False,
                            replica_speeds: Sequence[float] | None = None,
                            engine_overrides: dict[str, Any] | None = None,
-                           max_expansions: int = MAX_EXPANSIONS) -> list[SteadyPoint]:
+                           max_expansions: int = MAX_EXPANSIONS,
+                           arrivals: ArrivalProcess = POISSON) -> list[SteadyPoint]:
     """For each seed, one trace (`TracePrefixes`: `SteadyConfig.total_programs` at each
-    rate) and
+    rate, programs arriving by `arrivals`) and
     `bench.analysis.capacity.search_policies` over it with `run_steady_point`: every (policy, rate)
     pair run once per seed (on the replicas of `bench.sim.multi_sim.replica_options` when
     `replicas` > 1 or a `placement` is named), with `engine_overrides` on every engine's
@@ -326,7 +330,7 @@ def find_steady_capacities(workload: str, policies: Sequence[str], targets: Sequ
     with tqdm(desc=f"steady capacity {workload}", unit="run", disable=not progress) as bar:
         for seed in seeds:
             bar.set_description(f"steady capacity {workload} seed {seed}")
-            traces = TracePrefixes(workload, seed)
+            traces = TracePrefixes(workload, seed, arrivals)
 
             def point_at(policy: str, rate: float, traces: TracePrefixes = traces,
                          seed: int = seed) -> SweepPoint:

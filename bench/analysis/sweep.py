@@ -20,6 +20,7 @@ from typing import Any, Collection, Iterable, Sequence
 
 from tqdm import tqdm
 
+from bench.sim.arrivals import POISSON, ArrivalProcess, retime
 from bench.sim.metrics import compute_metrics
 from bench.sim.multi_sim import DEFAULT_CUTOFF, replica_options, simulate_replicas
 from bench.sim.simulate import EarlyStop, SimResult, simulate
@@ -69,9 +70,11 @@ def sweep(workload: str, policies: Sequence[str], rates: Sequence[float], num_pr
           seed: int, preset: str = "a100-80g", model: str = "llama-3.1-8b",
           progress: bool = True, replicas: int = 1, placement: str | None = None,
           cutoff: int | str = DEFAULT_CUTOFF,
-          placement_options: dict | None = None) -> list[SweepPoint]:
+          placement_options: dict | None = None,
+          arrivals: ArrivalProcess = POISSON) -> list[SweepPoint]:
     """Simulate every policy at every rate (on `replicas` engines behind `placement` when
-    either is given: `run_point`); returns the points in (rate, policy) order."""
+    either is given: `run_point`), programs arriving by `arrivals`
+    (`bench.sim.arrivals.retime`); returns the points in (rate, policy) order."""
     multi = replica_options(replicas, placement, cutoff, placement_options)
     if not policies:
         raise ValueError("policies: must not be empty")
@@ -82,7 +85,8 @@ def sweep(workload: str, policies: Sequence[str], rates: Sequence[float], num_pr
                disable=not progress)
     try:
         for rate in rates:
-            trace = generate_trace(workload, num_programs, seed, rate)
+            trace = retime(generate_trace(workload, num_programs, seed, rate), arrivals,
+                           rate, seed)
             for policy in policies:
                 bar.set_postfix_str(f"{policy} @ {rate:g}/s")
                 points.append(run_point(workload, trace, policy, rate, preset, model, **multi))
@@ -140,7 +144,8 @@ def summarize(workload: str, policy: str, rate: float, result: SimResult, num_pr
 def latency_target(workload: str, preset: str = "a100-80g", model: str = "llama-3.1-8b",
                    seed: int = 0, num_programs: int = TARGET_PROGRAMS) -> float:
     """`TARGET_FACTOR` x the mean normalized latency of `vllm` on `workload` at `UNLOADED_RATE`
-    (with at most `TARGET_PROGRAMS` programs, which is enough for an unloaded mean)."""
+    (with at most `TARGET_PROGRAMS` programs, which is enough for an unloaded mean), Poisson
+    arrivals whatever a run's process: the target is the same for every process."""
     n = max(1, min(num_programs, TARGET_PROGRAMS))
     trace = generate_trace(workload, n, seed, UNLOADED_RATE)
     metrics = compute_metrics(simulate(trace, "vllm", preset=preset, model=model).programs)
