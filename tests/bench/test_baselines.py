@@ -19,6 +19,9 @@ def test_baselines_come_from_the_policy_registry_plus_the_ablations():
                      **NO_DEADLINE),
         "optimized": dict(policy="fcfs", preemption_mode="recompute", kv_memory="lru",
                           **OPTIMIZED, **NO_DEADLINE),
+        "vllm06": dict(policy="fcfs", preemption_mode="recompute", kv_memory="lru",
+                       enable_chunked_prefill=True, max_num_batched_tokens=512,
+                       enable_prefix_caching=True, multistep=1, **NO_DEADLINE),
         "optimized-mem": scheduling("fcfs", "program"),
         "las": scheduling("las", "lru"),
         "mlfq": scheduling("mlfq", "lru"),
@@ -29,8 +32,19 @@ def test_baselines_come_from_the_policy_registry_plus_the_ablations():
         "oracle": scheduling("oracle", "program"),
         "atlas-lru": scheduling("atlas", "lru"),
     }
-    assert list(BASELINES) == ["vllm", "optimized", "optimized-mem", "las", "mlfq", "plas",
-                               "atlas", "pfcfs", "gittins", "oracle", "atlas-lru"]
+    assert list(BASELINES) == ["vllm", "optimized", "vllm06", "optimized-mem", "las", "mlfq",
+                               "plas", "atlas", "pfcfs", "gittins", "oracle", "atlas-lru"]
+
+
+def test_vllm06_is_vllm_0_6_with_chunked_prefill_and_prefix_caching():
+    config = engine_config_for("vllm06")
+    assert (config["max_num_batched_tokens"], config["multistep"]) == (512, 1)
+    assert (config["enable_chunked_prefill"], config["enable_prefix_caching"]) == (True, True)
+    assert (config["policy"], config["preemption_mode"], config["kv_memory"]) == \
+        ("fcfs", "recompute", "lru")
+    assert config["max_num_seqs"] == engine_config_for("optimized")["max_num_seqs"] == 256
+    assert engine_config_for("optimized")["max_num_batched_tokens"] == 8192
+    EngineConfig.from_flat(model="m", **config)  # a valid engine
 
 
 def test_baselines_cannot_be_changed():
