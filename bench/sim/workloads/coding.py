@@ -44,6 +44,9 @@ Calls (`TraceCall.parents` gives the DAG; calls are listed in a topological orde
   prompt grows by the report. A replay starts it once both have finished and its tool time has
   passed since the later of them.
 
+`Shape` holds what a preset changes (turns, tool results and times, subagents): `CODING`
+is the one above; `bench.sim.workloads.coding_swe` is a shorter SWE-bench-style preset.
+
 Each context is its own `TraceCall.segment`: the main thread's starts at 0, a subagent's
 gets a new one, and so does a thread after each compaction; a replay (`bench.sim.simulate`'s
 `PromptMaker`) gives each segment its own made-up ids after the shared system prompt, so the
@@ -97,6 +100,71 @@ COMPACT_AT = PROMPT_CAP - SUMMARY_INSTRUCTION_TOKENS - OUTPUT_MAX - TOOL_RESULT_
 
 
 @dataclass(frozen=True)
+class ToolDelays:
+    """Tool time (a turn's delay after its previous turn), in seconds: with probability
+    `fast_share` a lognormal of median `fast_median` and spread `fast_sigma` (a read, a grep,
+    an edit), else one of `slow_median`, `slow_sigma` (a test run, a build); clipped to
+    [`minimum`, `maximum`]. A `fast_share` of 0 draws one lognormal variate per delay."""
+
+    slow_median: float
+    slow_sigma: float
+    minimum: float
+    maximum: float
+    fast_share: float = 0.0
+    fast_median: float = 1.0
+    fast_sigma: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("slow_median", "slow_sigma", "fast_median", "fast_sigma", "maximum"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}: must be > 0, got {getattr(self, name)}")
+        if not 0 <= self.minimum <= self.maximum:
+            raise ValueError(f"minimum: must be in [0, maximum], got {self.minimum}")
+        if not 0 <= self.fast_share <= 1:
+            raise ValueError(f"fast_share: must be in [0, 1], got {self.fast_share}")
+
+    def draw(self, rng: random.Random) -> float:
+        fast = self.fast_share > 0 and rng.random() < self.fast_share
+        median, sigma = ((self.fast_median, self.fast_sigma) if fast
+                         else (self.slow_median, self.slow_sigma))
+        return min(max(rng.lognormvariate(math.log(median), sigma), self.minimum), self.maximum)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a coding preset draws differently: the workload's name, main-agent turns
+    (lognormal median, spread, clipping), the mean tool-result tokens, tool times and the
+    share of sessions with a subagent."""
+
+    workload: str
+    turns_median: int
+    turns_sigma: float
+    turns_min: int
+    turns_max: int
+    tool_result_mean: float
+    tool_delays: ToolDelays
+    subagent_share: float
+
+    def __post_init__(self) -> None:
+        if not 2 <= self.turns_min <= self.turns_median <= self.turns_max:
+            raise ValueError(f"turns_median: need 2 <= turns_min <= turns_median <= turns_max, "
+                             f"got {self.turns_min}, {self.turns_median}, {self.turns_max}")
+        if not self.turns_sigma > 0:
+            raise ValueError(f"turns_sigma: must be > 0, got {self.turns_sigma}")
+        if not self.tool_result_mean >= TOOL_RESULT_MIN:
+            raise ValueError(f"tool_result_mean: must be >= {TOOL_RESULT_MIN}, got "
+                             f"{self.tool_result_mean}")
+        if not 0 <= self.subagent_share <= 1:
+            raise ValueError(f"subagent_share: must be in [0, 1], got {self.subagent_share}")
+
+
+CODING = Shape(WORKLOAD, TURNS_MEDIAN, TURNS_SIGMA, TURNS_MIN, TURNS_MAX, TOOL_RESULT_MEAN,
+               ToolDelays(TOOL_DELAY_MEDIAN_S, TOOL_DELAY_SIGMA, TOOL_DELAY_MIN_S,
+                          TOOL_DELAY_MAX_S),
+               SUBAGENT_SHARE)
+
+
+@dataclass(frozen=True)
 class SessionStats:
     """What a generated session was drawn to be, beside its calls.
 
@@ -120,11 +188,13 @@ def generate(num_programs: int, seed: int, rate: float, *, tokenizer: Any = None
     return generate_with_stats(num_programs, seed, rate)[0]
 
 
-def generate_with_stats(num_programs: int, seed: int, rate: float) -> tuple[Trace, tuple[SessionStats, ...]]:
-    """`generate`'s trace and each program's `SessionStats`, in program order."""
+def generate_with_stats(num_programs: int, seed: int, rate: float, shape: Shape = CODING,
+                        ) -> tuple[Trace, tuple[SessionStats, ...]]:
+    """`generate`'s trace (of the preset `shape`) and each program's `SessionStats`, in
+    program order."""
     check_num_programs(num_programs)
     rng = random.Random(seed)
-    sessions = [_session(f"{WORKLOAD}-{i}", rng) for i in range(num_programs)]
+    sessions = [_session(f"{shape.workload}-{i}", rng, shape) for i in range(num_programs)]
     trace = with_arrivals([program for program, _ in sessions], seed, rate)
     return trace, tuple(stats for _, stats in sessions)
 
@@ -145,17 +215,12 @@ class _Steps:
         return self.results[i] if i < len(self.results) else 0
 
 
-def _draw_steps(rng: random.Random, turns: int) -> _Steps:
+def _draw_steps(rng: random.Random, turns: int, shape: Shape) -> _Steps:
     outputs = tuple(lognormal_int(rng, OUTPUT_MEAN, OUTPUT_SIGMA, OUTPUT_MIN, OUTPUT_MAX) for _ in range(turns))
-    results = tuple(lognormal_int(rng, TOOL_RESULT_MEAN, TOOL_RESULT_SIGMA, TOOL_RESULT_MIN, TOOL_RESULT_MAX)
-                    for _ in range(turns - 1))
-    delays = tuple(_tool_delay(rng) for _ in range(turns - 1))
+    results = tuple(lognormal_int(rng, shape.tool_result_mean, TOOL_RESULT_SIGMA, TOOL_RESULT_MIN,
+                                  TOOL_RESULT_MAX) for _ in range(turns - 1))
+    delays = tuple(shape.tool_delays.draw(rng) for _ in range(turns - 1))
     return _Steps(outputs, results, delays)
-
-
-def _tool_delay(rng: random.Random) -> float:
-    value = rng.lognormvariate(math.log(TOOL_DELAY_MEDIAN_S), TOOL_DELAY_SIGMA)
-    return min(max(value, TOOL_DELAY_MIN_S), TOOL_DELAY_MAX_S)
 
 
 def _median_int(rng: random.Random, median: int, sigma: float, minimum: int, maximum: int) -> int:
@@ -209,11 +274,11 @@ class _Thread:
         self.last = call_id
 
 
-def _session(program_id: str, rng: random.Random) -> tuple[TraceProgram, SessionStats]:
-    turns = _median_int(rng, TURNS_MEDIAN, TURNS_SIGMA, TURNS_MIN, TURNS_MAX)
-    steps = _draw_steps(rng, turns)
+def _session(program_id: str, rng: random.Random, shape: Shape) -> tuple[TraceProgram, SessionStats]:
+    turns = _median_int(rng, shape.turns_median, shape.turns_sigma, shape.turns_min, shape.turns_max)
+    steps = _draw_steps(rng, turns, shape)
     task = lognormal_int(rng, TASK_MEAN, TASK_SIGMA, TASK_MIN, TASK_MAX)
-    spawn_after = rng.randrange(turns - 1) if rng.random() < SUBAGENT_SHARE else None
+    spawn_after = rng.randrange(turns - 1) if rng.random() < shape.subagent_share else None
     calls: list[TraceCall] = []
     segments = itertools.count()
     main = _Thread(rng, calls, "t", SYSTEM_PROMPT_TOKENS + task, segments)
@@ -227,7 +292,7 @@ def _session(program_id: str, rng: random.Random) -> tuple[TraceProgram, Session
         final_context = main.uncompacted
         main.turn(i, steps.outputs[i], parents, steps.delay_before(i), steps.result_after(i))
         if i == spawn_after:
-            sub = _subagent(rng, calls, main.last, segments)
+            sub = _subagent(rng, calls, main.last, segments, shape)
             join_at = _join_turn(steps.delays, i, sub.seconds)
     threads = [main] if sub is None else [main, sub.thread]
     stats = SessionStats(
@@ -238,7 +303,7 @@ def _session(program_id: str, rng: random.Random) -> tuple[TraceProgram, Session
         prompt_tokens=sum(t.prompt_tokens for t in threads),
         reusable_tokens=sum(t.reusable_tokens for t in threads),
     )
-    program = TraceProgram(program_id, 0.0, tuple(calls), WORKLOAD, prefix_key=PREFIX_KEY,
+    program = TraceProgram(program_id, 0.0, tuple(calls), shape.workload, prefix_key=PREFIX_KEY,
                            prefix_len=SYSTEM_PROMPT_TOKENS)
     return program, stats
 
@@ -254,10 +319,10 @@ class _Subagent:
 
 
 def _subagent(rng: random.Random, calls: list[TraceCall], spawner: str,
-              segments: Iterator[int]) -> _Subagent:
+              segments: Iterator[int], shape: Shape) -> _Subagent:
     """Lay out a subagent spawned by call `spawner`: its first call follows it at once."""
     turns = _median_int(rng, SUBAGENT_TURNS_MEDIAN, SUBAGENT_TURNS_SIGMA, SUBAGENT_TURNS_MIN, SUBAGENT_TURNS_MAX)
-    steps = _draw_steps(rng, turns)
+    steps = _draw_steps(rng, turns, shape)
     task = lognormal_int(rng, SUBAGENT_TASK_MEAN, SUBAGENT_TASK_SIGMA, SUBAGENT_TASK_MIN, SUBAGENT_TASK_MAX)
     report = lognormal_int(rng, REPORT_MEAN, REPORT_SIGMA, REPORT_MIN, REPORT_MAX)
     thread = _Thread(rng, calls, "s", SYSTEM_PROMPT_TOKENS + task, segments)
