@@ -1,7 +1,9 @@
 """`python -m bench.sim.workloads stats [--programs N] [--seed S] [--workloads W,...]`: generated
 workload statistics beside the paper's (calls per program, mean prefill and decode tokens per
 call), as markdown; for `coding`, a second table sets its session statistics beside the
-reference figures its module names."""
+reference figures its module names; `lats_stop`, `coding_swe` and `mapreduce` get a table
+each beside the figures they are fitted to (`fit_rows`), and `--arrivals` adds one of the
+arrival processes' mean rate and gap CV."""
 
 from __future__ import annotations
 
@@ -10,11 +12,12 @@ import statistics
 from typing import Any
 
 from bench.sim.trace import Trace
-from bench.sim.workloads import bfcl, coding, lats, mixed, sharegpt
+from bench.sim.workloads import (bfcl, coding, coding_swe, fit_rows, lats, lats_stop, mapreduce,
+                                  mixed, sharegpt)
 from server.config_flags import name_list
 
 PAPER = {"sharegpt": (6.66, 256, 277), "bfcl": (10.75, 735, 34), "lats": (159.7, 467, 73), "mixed": None,
-         "coding": None}
+         "coding": None, "lats_stop": (159.7, 467, 73), "coding_swe": None, "mapreduce": None}
 WORKLOADS = tuple(PAPER)
 NEEDS_TEXT = ("sharegpt", "bfcl", "mixed")  # generators that count real text (tokenizer, data)
 CODING_SOURCE = "vLLM #57103"
@@ -69,6 +72,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workloads", type=_workload_list, default=list(WORKLOADS),
                         help=f"comma-separated (default: {','.join(WORKLOADS)})")
+    parser.add_argument("--arrivals", action="store_true",
+                        help="also the arrival processes' statistics (bench/sim/arrivals.py)")
     args = parser.parse_args(argv)
     text: dict[str, Any] = {}
     if any(w in NEEDS_TEXT for w in args.workloads):
@@ -83,8 +88,13 @@ def main(argv: list[str] | None = None) -> None:
         "lats": lambda: lats.generate(args.programs, args.seed, rate),
         "mixed": lambda: mixed.generate(args.programs, args.seed, rate, **text),
         "coding": lambda: coding_run[0],
+        "lats_stop": lambda: lats_stop.generate(args.programs, args.seed, rate),
+        "coding_swe": lambda: swe_run[0],
+        "mapreduce": lambda: mapreduce.generate(args.programs, args.seed, rate),
     }
     coding_run = coding.generate_with_stats(args.programs, args.seed, rate) if "coding" in args.workloads else None
+    swe_run = (coding_swe.generate_with_stats(args.programs, args.seed, rate)
+               if "coding_swe" in args.workloads else None)
     traces = {name: generators[name]() for name in args.workloads}
     print("| workload | programs | calls/program (paper) | mean prefill tokens (paper) | mean decode tokens (paper) |")
     print("| --- | --- | --- | --- | --- |")
@@ -93,12 +103,24 @@ def main(argv: list[str] | None = None) -> None:
         paper = PAPER[name]
         ref = [f" ({paper[0]:g})", f" ({paper[1]:g})", f" ({paper[2]:g})"] if paper else ["", "", ""]
         print(f"| {name} | {n} | {calls:.2f}{ref[0]} | {prefill:.0f}{ref[1]} | {decode:.0f}{ref[2]} |")
-    if coding_run is not None:
-        print()
-        print("| coding | generated | reference |")
-        print("| --- | --- | --- |")
-        for row in coding_rows(*coding_run):
-            print("| " + " | ".join(row) + " |")
+    tables = {"coding": lambda: coding_rows(*coding_run),
+              "lats_stop": lambda: fit_rows.lats_stop_rows(traces["lats_stop"]),
+              "coding_swe": lambda: fit_rows.coding_swe_rows(*swe_run),
+              "mapreduce": lambda: fit_rows.mapreduce_rows(traces["mapreduce"])}
+    for name, rows in tables.items():
+        if name in traces:
+            _print_rows(name, rows())
+    if args.arrivals:
+        _print_rows(f"arrivals ({fit_rows.ARRIVAL_DRAWS:,} at rate 1, seed {args.seed})",
+                    fit_rows.arrival_rows(args.seed))
+
+
+def _print_rows(title: str, rows: list[tuple[str, str, str]]) -> None:
+    print()
+    print(f"| {title} | generated | reference |")
+    print("| --- | --- | --- |")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
 
 
 if __name__ == "__main__":
