@@ -480,8 +480,9 @@ def _finite_capacity(args: argparse.Namespace, targets: list[LatencyTarget],
 
     if "kv_events" in multi or "replica_speeds" in multi or args.set or \
             args.memory_pressure != 1:
-        raise SystemExit("agentix bench capacity: --kv-events, --replica-speeds, --set and "
-                         "--memory-pressure are for the steady-state method, not --finite-trace")
+        raise SystemExit("agentix bench capacity: --kv-events, --replica-speeds, "
+                         "--memory-pressure and --set are for the steady-state method, not "
+                         "--finite-trace")
     print(f"{args.workload} x {args.programs} programs (seed {args.seed}), finite trace, "
           f"{args.model} on {args.preset}{_replicas_text(multi)}{_load_text(args)}; latency "
           f"targets {_targets_text(targets)}", flush=True)
