@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 
 from bench.sim.arrivals import GammaArrivals, OnOff, Poisson
-from bench.sim.trace import Trace
+from bench.sim.trace import Trace, TraceProgram
 from bench.sim.workloads import coding_swe, lats_stop, mapreduce
 from bench.sim.workloads.coding import SessionStats
 
@@ -56,7 +56,7 @@ def lats_stop_rows(trace: Trace) -> list[Row]:
     ]
 
 
-def _new_tokens(program) -> float:
+def _new_tokens(program: TraceProgram) -> float:
     """Mean over a program's calls of prompt - max(parent prompt + parent output) (>= 0): what
     an ideal prefix cache leaves to prefill (a root call: its whole prompt)."""
     by_id = {c.call_id: c for c in program.calls}
