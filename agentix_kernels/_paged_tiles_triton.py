@@ -41,15 +41,21 @@ def load_kv_tile(k_ptr, v_ptr, block_tables_ptr, seq, kv_head, k_pos, n_mask, of
 
 @triton.jit
 def qk_dot(q, k, NATIVE_DOT: tl.constexpr):
-    """q @ k^T in fp32 (`q` already fp32 unless NATIVE_DOT)."""
+    """q @ k^T in fp32 (`q` already fp32 unless NATIVE_DOT). One return after an if/else:
+    Triton compiles the code after a constexpr `if` that returned, so an early return would
+    build the fp32 dot for 16-bit inputs and fail to compile on a GPU."""
     if NATIVE_DOT:
-        return tl.dot(q, tl.trans(k))
-    return tl.dot(q, tl.trans(k.to(tl.float32)), input_precision="ieee")
+        s = tl.dot(q, tl.trans(k))
+    else:
+        s = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision="ieee")
+    return s
 
 
 @triton.jit
 def pv_dot(p, v, NATIVE_DOT: tl.constexpr):
-    """p @ v in fp32 (`p` the fp32 softmax weights)."""
+    """p @ v in fp32 (`p` the fp32 softmax weights); one return, as in `qk_dot`."""
     if NATIVE_DOT:
-        return tl.dot(p.to(v.dtype), v)
-    return tl.dot(p, v.to(tl.float32), input_precision="ieee")
+        pv = tl.dot(p.to(v.dtype), v)
+    else:
+        pv = tl.dot(p, v.to(tl.float32), input_precision="ieee")
+    return pv

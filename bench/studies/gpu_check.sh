@@ -25,7 +25,7 @@ parity-tiny 45 bench.studies.gpu_check.parity --model tiny
 parity-smollm2 75 bench.studies.gpu_check.parity --model smollm2
 decode-bandwidth 35 bench.studies.gpu_check.decode_bandwidth
 swap 45 bench.studies.gpu_check.swap
-throughput 90 bench.studies.gpu_check.throughput
+throughput 150 bench.studies.gpu_check.throughput
 tensor-parallel 40 bench.studies.gpu_check.tensor_parallel'
 STEPS=${GPU_CHECK_STEPS:-$DEFAULT_STEPS}
 
