@@ -12,6 +12,7 @@ from engine.executor import StepResult
 from engine.kv_spec import kv_cache_spec
 from engine.loader import ModelFiles, load_model
 from engine.logprobs import TokenLogprob, prompt_token_logprobs, token_logprobs
+from engine.models.cpu_linear import pack_linears
 from engine.parallel.comm import Communicator
 from engine.parallel.layers import shard_model
 from engine.parallel.layout import ShardLayout
@@ -41,6 +42,7 @@ class ModelRunner:
         self.model = load_model(files, max_model_len, self.dtype, self.device)
         if comm is not None:
             shard_model(self.model, ShardLayout(files.args, comm.rank, comm.world), comm)
+        pack_linears(self.model)  # float32 CPU weights only; a no-op on CUDA
         self.kv_spec = kv_cache_spec(files.args, config)
         self.kv_cache = allocate_kv_cache(self.kv_spec, self.device)
         self.kv_layers = [layer_kv(self.kv_cache, i) for i in range(self.kv_spec.num_layers)]

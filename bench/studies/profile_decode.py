@@ -1,14 +1,18 @@
 """Where one SmolLM2-135M decode step spends its time on CPU (fp32, 2 torch threads by default).
 
     python -m bench.studies.profile_decode [--batch 64,128] [--min-context 200] [--max-context 600]
+                                           [--plain-linears]
 
 For each batch size: a zeroed paged KV cache, one decode token per row with a context drawn
 uniformly from [min, max] (seed 0, every row in its own blocks) and `--steps` decode steps
-(`forward` + `logits`). Prints the median step time without the profiler, then, of `--steps`
-profiled steps, the one of median wall time split by torch.profiler self CPU time into decode
-attention (all ops inside `kernels.paged_decode_attention`), KV store (inside
-`kernels.store_kvcache`), matmuls (ops under `aten::linear`/`matmul`/`mm`/`addmm`), small ops
-(every other op) and the rest (wall time less all op time: Python, and the profiler's cost).
+(`forward` + `logits`), the model's linears packed as the engine packs them
+(`engine.models.cpu_linear`; `--plain-linears`: `F.linear`, as before). Prints the median step
+time without the profiler, then, of `--steps` profiled steps, the one of median wall time split
+by torch.profiler self CPU time into decode attention (all ops inside
+`kernels.paged_decode_attention`), KV store (inside `kernels.store_kvcache`), the LM head
+(inside `model.logits`), the layers' matmuls (ops under `aten::linear`/`matmul`/`mm`/`addmm`
+or oneDNN's `mkldnn::_linear_pointwise`), small ops (every other op) and the rest (wall time
+less all op time: Python, and the profiler's cost).
 """
 
 from __future__ import annotations
@@ -26,13 +30,16 @@ from torch.profiler import ProfilerActivity, profile, record_function
 import agentix_kernels as kernels
 from engine.loader import load_model, read_model_dir
 from engine.models.attention import AttentionMetadata
+from engine.models.cpu_linear import pack_linears
 from engine.models.llama import LlamaForCausalLM
 from kvcache.kv_tensor import KVCacheSpec, allocate_kv_cache, layer_kv
 
 BLOCK_SIZE = 16
-SCOPES = {"paged_decode_attention": "decode attention", "store_kvcache": "kv store"}
-MATMUL_OPS = ("aten::linear", "aten::matmul", "aten::mm", "aten::addmm")
-CATEGORIES = ("decode attention", "kv store", "matmuls", "small ops")
+KERNEL_SCOPES = {"paged_decode_attention": "decode attention", "store_kvcache": "kv store"}
+SCOPES = {**KERNEL_SCOPES, "lm_head": "lm head"}
+MATMUL_OPS = ("aten::linear", "aten::matmul", "aten::mm", "aten::addmm",
+              "mkldnn::_linear_pointwise")
+CATEGORIES = ("decode attention", "kv store", "lm head", "matmuls", "small ops")
 
 
 def decode_batch(model: LlamaForCausalLM, batch: int, min_ctx: int, max_ctx: int
@@ -65,16 +72,18 @@ def decode_batch(model: LlamaForCausalLM, batch: int, min_ctx: int, max_ctx: int
     input_ids = torch.randint(0, args.vocab_size, (batch,), generator=gen)
 
     def step() -> torch.Tensor:
-        return model.logits(model(input_ids, positions, kv_layers, meta))
+        hidden = model(input_ids, positions, kv_layers, meta)
+        with record_function("lm_head"):
+            return model.logits(hidden)
 
     return step
 
 
 @contextmanager
 def scoped_kernels() -> Iterator[None]:
-    """Wrap the kernels of `SCOPES` in profiler scopes of the same name."""
+    """Wrap the kernels of `KERNEL_SCOPES` in profiler scopes of the same name."""
     patches = []
-    for name in SCOPES:
+    for name in KERNEL_SCOPES:
         fn = getattr(kernels, name)
 
         def scoped(*a, _fn=fn, _name=name, **kw):
@@ -145,14 +154,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--max-context", type=int, default=600)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--plain-linears", action="store_true",
+                        help="keep F.linear (MKL) instead of the engine's packed linears")
     args = parser.parse_args(argv)
     from engine.models.smollm2 import ensure_smollm2_dir
 
     torch.set_num_threads(args.threads)
     files = read_model_dir(ensure_smollm2_dir())
     model = load_model(files, args.max_context + 1, torch.float32, torch.device("cpu"))
+    packed = 0 if args.plain_linears else pack_linears(model)
     print(f"SmolLM2-135M decode step, contexts uniform in [{args.min_context}, "
-          f"{args.max_context}], block size {BLOCK_SIZE}, fp32, {args.threads} threads")
+          f"{args.max_context}], block size {BLOCK_SIZE}, fp32, {args.threads} threads, "
+          f"{packed} linears packed")
     with torch.inference_mode():
         for batch in (int(b) for b in args.batch.split(",")):
             report(batch, decode_batch(model, batch, args.min_context, args.max_context),

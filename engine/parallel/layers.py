@@ -31,31 +31,36 @@ def _frozen(tensor: torch.Tensor) -> nn.Parameter:
     return nn.Parameter(tensor.contiguous().clone(), requires_grad=False)
 
 
+def _linear(weight: nn.Parameter) -> nn.Linear:
+    """A bias-free Linear over `weight` (shared, not copied), so that
+    `engine.models.cpu_linear.pack_linears` finds and packs it like any other."""
+    out = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device="meta")
+    out.weight = weight
+    return out
+
+
 def _rows(linear: nn.Linear, rows: slice | list[slice]) -> nn.Linear:
     """A Linear keeping `rows` (one slice, or several concatenated in order) of `linear`'s
     outputs, and of its bias (column-parallel)."""
     parts = rows if isinstance(rows, list) else [rows]
-    weight = torch.cat([linear.weight[part] for part in parts])
-    out = nn.Linear(weight.shape[1], weight.shape[0], bias=linear.bias is not None,
-                    device="meta")
-    out.weight = _frozen(weight)
+    out = _linear(_frozen(torch.cat([linear.weight[part] for part in parts])))
     if linear.bias is not None:
         out.bias = _frozen(torch.cat([linear.bias[part] for part in parts]))
     return out
 
 
 class RowParallelLinear(nn.Module):
-    """`linear` keeping input columns `cols`; the partial outputs are summed over ranks,
-    then its bias (if any) is added."""
+    """`linear` keeping input columns `cols` (in `self.linear`, without the bias); the
+    partial outputs are summed over ranks, then its bias (if any) is added."""
 
     def __init__(self, linear: nn.Linear, cols: slice, comm: Communicator) -> None:
         super().__init__()
-        self.weight = _frozen(linear.weight[:, cols])
+        self.linear = _linear(_frozen(linear.weight[:, cols]))
         self.bias = None if linear.bias is None else _frozen(linear.bias)
         self.comm = comm
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.comm.all_reduce(F.linear(x, self.weight))
+        out = self.comm.all_reduce(self.linear(x))
         return out if self.bias is None else out.add_(self.bias)
 
 
@@ -81,14 +86,17 @@ class VocabParallelEmbedding(nn.Module):
 
 
 class ParallelLMHead(nn.Module):
+    """This rank's vocab rows of the head (in `self.linear`); every rank returns the logits
+    of the whole vocabulary."""
+
     def __init__(self, weight: nn.Parameter, vocab_size: int, comm: Communicator) -> None:
         super().__init__()
-        self.weight = weight
+        self.linear = _linear(weight)
         self.vocab_size = vocab_size
         self.comm = comm
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.comm.all_gather(F.linear(hidden, self.weight))[..., :self.vocab_size]
+        return self.comm.all_gather(self.linear(hidden))[..., :self.vocab_size]
 
 
 def shard_model(model: LlamaForCausalLM | FalconForCausalLM, layout: ShardLayout,
