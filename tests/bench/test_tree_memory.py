@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -16,7 +17,7 @@ CHILD = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {GRANDCH
 
 def test_a_grandchild_s_memory_counts_in_the_peak():
     proc = subprocess.Popen([sys.executable, "-c", CHILD])
-    with PeakTreeMemory(proc.pid, interval=0.05) as peak:
+    with PeakTreeMemory(proc.pid, interval=0.05, pss_every=2) as peak:
         proc.wait()
     assert peak.rss_mb >= 64 and peak.pss_mb >= 64
     assert peak.figures() == {"peak_tree_rss_mb": peak.rss_mb, "peak_tree_pss_mb": peak.pss_mb}
@@ -28,6 +29,14 @@ def test_a_process_gone_weighs_nothing():
     assert tree_memory_mb(proc.pid) == (0.0, 0.0)
 
 
-def test_the_interval_must_be_positive():
+def test_pss_is_read_only_when_asked():
+    rss, pss = tree_memory_mb(os.getpid(), pss=False)
+    assert rss > 0 and pss == 0.0
+    assert tree_memory_mb(os.getpid())[1] > 0
+
+
+def test_the_sampling_must_make_sense():
     with pytest.raises(ValueError, match="interval"):
         PeakTreeMemory(1, interval=0)
+    with pytest.raises(ValueError, match="pss_every"):
+        PeakTreeMemory(1, pss_every=0)
