@@ -17,18 +17,12 @@ with its min / median / max.
 from __future__ import annotations
 
 import argparse
-import statistics
 from typing import Any, Sequence
 
 from bench.support.measure import run_in_subprocess
+from bench.support.repeats import alternate, spread_text
 
 Run = tuple[str, dict[str, Any]]
-
-
-def run_order(repeat: int, agentix: Sequence[str], hf: Sequence[str]) -> list[str]:
-    """The labels of one repeat in the order they run: the engines first in even repeats,
-    transformers first in odd ones."""
-    return [*agentix, *hf] if repeat % 2 == 0 else [*hf, *agentix]
 
 
 def _best_hf(runs: Sequence[Run]) -> float:
@@ -42,13 +36,6 @@ def best_ratio(runs: Sequence[Run]) -> tuple[str, float]:
     name, best = max(((n, r) for n, r in runs if n.startswith("agentix")),
                      key=lambda run: run[1]["tokens_per_s"])
     return name, best["tokens_per_s"] / _best_hf(runs)
-
-
-def spread_text(ratios: Sequence[float]) -> str:
-    """"2.65x, 2.45x: min 2.45x / median 2.55x / max 2.65x" for a repeat's ratios."""
-    listed = ", ".join(f"{r:.2f}x" for r in ratios)
-    return (f"{listed}: min {min(ratios):.2f}x / median {statistics.median(ratios):.2f}x / "
-            f"max {max(ratios):.2f}x")
 
 
 def _table(runs: Sequence[Run], repeat: int) -> str:
@@ -103,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     hf = [name for name in jobs if not name.startswith("agentix")]
     ratios = []
     for repeat in range(args.repeats):
-        ran = {name: run_in_subprocess(*jobs[name]) for name in run_order(repeat, agentix, hf)}
+        ran = {name: run_in_subprocess(*jobs[name]) for name in alternate(repeat, agentix, hf)}
         runs = [(name, ran[name]) for name in jobs]
         print("\n" + _table(runs, repeat))
         name, ratio = best_ratio(runs)

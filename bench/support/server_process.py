@@ -12,6 +12,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Mapping
 
 import psutil
 
@@ -32,16 +33,17 @@ def serves_http(root: Path) -> bool:
 class Server:
     """`python -m server.cli serve --model DIR --port 0 [--http-port 0] [extra]` run from
     `root`; `address` (gRPC) and, with `http`, `http_address` from its "agentix serving on
-    HOST:PORT" and "http serving on HOST:PORT" lines. stderr goes to a log file (shown on
-    failure)."""
+    HOST:PORT" and "http serving on HOST:PORT" lines; `env` adds to its environment. stderr
+    goes to a log file (shown on failure)."""
 
     def __init__(self, model: str, root: Path, extra: list[str] = (), timeout: float = 300.0,
-                 http: bool = False):
+                 http: bool = False, env: Mapping[str, str] | None = None):
         self.root = Path(root).resolve()
         self.log = tempfile.NamedTemporaryFile("w+", prefix="agentix-serve-", suffix=".log")
         cmd = [sys.executable, "-m", "server.cli", "serve", "--model", model, "--port", "0",
                *(["--http-port", "0"] if http else []), *extra]
-        self.proc = subprocess.Popen(cmd, cwd=self.root, env=server_env(self.root),
+        self.proc = subprocess.Popen(cmd, cwd=self.root,
+                                     env={**server_env(self.root), **(env or {})},
                                      stdout=subprocess.PIPE, stderr=self.log, text=True)
         self.pid = self.proc.pid
         # Keep reading stdout so the server can never block on a full pipe.

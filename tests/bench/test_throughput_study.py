@@ -1,15 +1,9 @@
-"""bench.studies.throughput's repeats: which side runs first, the ratio of a repeat, the
-spread over repeats, and the whole loop with the measurements scripted."""
+"""bench.studies.throughput's repeats: the ratio of a repeat and the whole loop with the
+measurements scripted (which side runs first and the spread: tests/bench/test_repeats.py)."""
 
 import pytest
 
 from bench.studies import throughput
-
-
-def test_the_side_that_runs_first_alternates():
-    assert throughput.run_order(0, ["a1", "a2"], ["h"]) == ["a1", "a2", "h"]
-    assert throughput.run_order(1, ["a1", "a2"], ["h"]) == ["h", "a1", "a2"]
-    assert throughput.run_order(2, ["a1"], ["h8", "h32"]) == ["a1", "h8", "h32"]
 
 
 def test_best_ratio_is_fastest_agentix_over_fastest_transformers():
@@ -18,11 +12,6 @@ def test_best_ratio_is_fastest_agentix_over_fastest_transformers():
             ("transformers generate, batch 8", {"tokens_per_s": 40.0}),
             ("transformers generate, batch 32", {"tokens_per_s": 60.0})]
     assert throughput.best_ratio(runs) == ("agentix, max_num_seqs 64", pytest.approx(3.0))
-
-
-def test_spread_text_lists_every_repeat_then_min_median_max():
-    assert throughput.spread_text([2.65, 2.45, 3.0]) == \
-        "2.65x, 2.45x, 3.00x: min 2.45x / median 2.65x / max 3.00x"
 
 
 def test_repeats_alternate_and_report_each_ratio(monkeypatch, capsys):
