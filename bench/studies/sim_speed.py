@@ -1,0 +1,102 @@
+"""The simulator's speed against an older commit, side by side in one run, same results.
+
+    python -m bench.studies.sim_speed [--base 1534e7e] [--repeats 3] [--programs 400]
+        [--rate 8] [--workload mixed] [--policy atlas] [--seed 0]
+
+Extracts the base commit (`git archive BASE | tar -x`) into a temporary folder, then runs
+
+    python -m server.cli bench sim --workload W --policy P --programs N --rate R --seed S --json
+
+in that tree and in this one (subprocesses, cwd = each tree, this interpreter), alternating
+which goes first over `--repeats` rounds. Prints each run's wall seconds, the ratio
+base/head per round and its min/median/max, and checks the simulated figures are identical:
+every key both JSON objects have, except the wall-clock ones (`WALL_CLOCK_KEYS`), compared
+for equality to the last digit. Exits 1 if any compared figure differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+WALL_CLOCK_KEYS = frozenset({"sim_wall_seconds"})
+
+
+def comparable(summary: dict) -> dict:
+    """The summary's simulated figures: every key but the wall-clock ones."""
+    return {key: value for key, value in summary.items() if key not in WALL_CLOCK_KEYS}
+
+
+def compare(base: dict, head: dict) -> tuple[list[str], list[str]]:
+    """(keys compared, keys whose values differ) over the keys both summaries share,
+    wall-clock keys excluded; sorted."""
+    base, head = comparable(base), comparable(head)
+    shared = sorted(base.keys() & head.keys())
+    return shared, [key for key in shared if base[key] != head[key]]
+
+
+def sim_command(args: argparse.Namespace) -> list[str]:
+    """The `bench sim` command line both trees run."""
+    return [sys.executable, "-m", "server.cli", "bench", "sim", "--workload", args.workload,
+            "--policy", args.policy, "--programs", str(args.programs), "--rate",
+            str(args.rate), "--seed", str(args.seed), "--json"]
+
+
+def timed_run(command: list[str], tree: Path) -> tuple[float, dict]:
+    """(wall seconds, the printed JSON summary) of one run of `command` in `tree`."""
+    start = time.perf_counter()
+    done = subprocess.run(command, cwd=tree, capture_output=True, text=True, check=True)
+    return time.perf_counter() - start, json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def extract(commit: str, into: Path) -> None:
+    """Write `commit`'s tree into the folder `into`."""
+    archive = subprocess.run(["git", "archive", commit], cwd=REPO, capture_output=True,
+                             check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", default="1534e7e", help="the older commit")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--workload", default="mixed")
+    parser.add_argument("--policy", default="atlas")
+    parser.add_argument("--programs", type=int, default=400)
+    parser.add_argument("--rate", type=float, default=8.0)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    command = sim_command(args)
+    print("command:", " ".join(command[1:]))
+    ratios, mismatched = [], set()
+    with tempfile.TemporaryDirectory(prefix="sim_speed_") as folder:
+        base_tree = Path(folder)
+        extract(args.base, base_tree)
+        trees = {"base": base_tree, "head": REPO}
+        for round_ in range(args.repeats):
+            order = ["base", "head"] if round_ % 2 == 0 else ["head", "base"]
+            runs = {name: timed_run(command, trees[name]) for name in order}
+            compared, differing = compare(runs["base"][1], runs["head"][1])
+            mismatched.update(differing)
+            ratios.append(runs["base"][0] / runs["head"][0])
+            print(f"round {round_ + 1} ({' then '.join(order)}): base {runs['base'][0]:.1f} s, "
+                  f"head {runs['head'][0]:.1f} s, ratio {ratios[-1]:.2f}x")
+    print(f"ratio base/head: min {min(ratios):.2f}x, median {statistics.median(ratios):.2f}x, "
+          f"max {max(ratios):.2f}x")
+    print(f"compared {len(compared)} figures: {', '.join(compared)}")
+    if mismatched:
+        print(f"DIFFERENT: {', '.join(sorted(mismatched))}")
+        return 1
+    print("identical")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
