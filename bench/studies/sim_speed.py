@@ -7,11 +7,12 @@ Extracts the base commit (`git archive BASE | tar -x`) into a temporary folder, 
 
     python -m server.cli bench sim --workload W --policy P --programs N --rate R --seed S --json
 
-in that tree and in this one (subprocesses, cwd = each tree, this interpreter), alternating
+in that tree and in this one (subprocesses, cwd = each tree, this interpreter; `PRELUDE`
+turns transformers' hub kernels off in both), alternating
 which goes first over `--repeats` rounds. Prints each run's wall seconds, the ratio
 base/head per round and its min/median/max, and checks the simulated figures are identical:
-every key both JSON objects have, except the wall-clock ones (`WALL_CLOCK_KEYS`), compared
-for equality to the last digit. Exits 1 if any compared figure differs.
+every key both JSON objects have (nested ones flattened: a newer tree's extra keys are left
+out), except the wall-clock ones (`WALL_CLOCK_KEYS`), compared for equality to the last digit. Exits 1 if any compared figure differs.
 """
 
 from __future__ import annotations
@@ -27,24 +28,43 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 WALL_CLOCK_KEYS = frozenset({"sim_wall_seconds"})
+# Older trees have a top-level `kernels` package that shadows the pip `kernels` transformers
+# imports when it is installed; both trees run with transformers' hub kernels off (the
+# simulator never uses them), then `server.cli` as `-m` would.
+PRELUDE = """
+import runpy, sys
+import transformers.utils as tu, transformers.utils.import_utils as iu
+iu.is_kernels_available = tu.is_kernels_available = lambda *a, **k: False
+sys.argv = ["server.cli", *sys.argv[1:]]
+runpy.run_module("server.cli", run_name="__main__", alter_sys=True)
+"""
 
 
-def comparable(summary: dict) -> dict:
-    """The summary's simulated figures: every key but the wall-clock ones."""
-    return {key: value for key, value in summary.items() if key not in WALL_CLOCK_KEYS}
+def comparable(summary: dict, prefix: str = "") -> dict:
+    """The summary's simulated figures, nested objects flattened to dotted keys
+    (`scheduler_stats.num_admitted`): every key but the wall-clock ones."""
+    flat = {}
+    for key, value in summary.items():
+        if key in WALL_CLOCK_KEYS:
+            continue
+        if isinstance(value, dict):
+            flat.update(comparable(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def compare(base: dict, head: dict) -> tuple[list[str], list[str]]:
-    """(keys compared, keys whose values differ) over the keys both summaries share,
-    wall-clock keys excluded; sorted."""
+    """(keys compared, keys whose values differ) over the flattened keys both summaries
+    share, wall-clock keys excluded; sorted."""
     base, head = comparable(base), comparable(head)
     shared = sorted(base.keys() & head.keys())
     return shared, [key for key in shared if base[key] != head[key]]
 
 
 def sim_command(args: argparse.Namespace) -> list[str]:
-    """The `bench sim` command line both trees run."""
-    return [sys.executable, "-m", "server.cli", "bench", "sim", "--workload", args.workload,
+    """The `bench sim` command line both trees run (`PRELUDE` standing for `-m server.cli`)."""
+    return [sys.executable, "-c", PRELUDE, "bench", "sim", "--workload", args.workload,
             "--policy", args.policy, "--programs", str(args.programs), "--rate",
             str(args.rate), "--seed", str(args.seed), "--json"]
 
@@ -52,7 +72,9 @@ def sim_command(args: argparse.Namespace) -> list[str]:
 def timed_run(command: list[str], tree: Path) -> tuple[float, dict]:
     """(wall seconds, the printed JSON summary) of one run of `command` in `tree`."""
     start = time.perf_counter()
-    done = subprocess.run(command, cwd=tree, capture_output=True, text=True, check=True)
+    done = subprocess.run(command, cwd=tree, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"{tree}: exit {done.returncode}\n{done.stderr[-2000:]}")
     return time.perf_counter() - start, json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -74,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     command = sim_command(args)
-    print("command:", " ".join(command[1:]))
+    print("command: python -m server.cli", " ".join(command[3:]))
     ratios, mismatched = [], set()
     with tempfile.TemporaryDirectory(prefix="sim_speed_") as folder:
         base_tree = Path(folder)
