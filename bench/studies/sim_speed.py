@@ -54,6 +54,12 @@ def comparable(summary: dict, prefix: str = "") -> dict:
     return flat
 
 
+def differences(base: dict, head: dict, keys: list[str]) -> str:
+    """`key base -> head` for each of `keys` (flattened), one per line."""
+    base, head = comparable(base), comparable(head)
+    return "\n".join(f"  {key}: {base[key]!r} -> {head[key]!r}" for key in keys)
+
+
 def compare(base: dict, head: dict) -> tuple[list[str], list[str]]:
     """(keys compared, keys whose values differ) over the flattened keys both summaries
     share, wall-clock keys excluded; sorted."""
@@ -106,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
             order = ["base", "head"] if round_ % 2 == 0 else ["head", "base"]
             runs = {name: timed_run(command, trees[name]) for name in order}
             compared, differing = compare(runs["base"][1], runs["head"][1])
+            if differing:
+                print(f"round {round_ + 1}: figures that differ (base -> head):\n"
+                      + differences(runs["base"][1], runs["head"][1], differing))
             mismatched.update(differing)
             ratios.append(runs["base"][0] / runs["head"][0])
             print(f"round {round_ + 1} ({' then '.join(order)}): base {runs['base'][0]:.1f} s, "

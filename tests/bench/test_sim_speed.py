@@ -3,7 +3,7 @@ wall clock, and names those that differ."""
 
 import argparse
 
-from bench.studies.sim_speed import comparable, compare, sim_command
+from bench.studies.sim_speed import comparable, compare, differences, sim_command
 
 
 def test_wall_clock_keys_are_left_out():
@@ -26,3 +26,7 @@ def test_the_command_pins_policy_and_asks_for_json():
     command = sim_command(args)
     assert command[3:6] == ["bench", "sim", "--workload"] and "server.cli" in command[2]
     assert "--json" in command and command[command.index("--policy") + 1] == "atlas"
+
+
+def test_differences_name_both_values():
+    assert differences({"s": {"a": 1}}, {"s": {"a": 2}}, ["s.a"]) == "  s.a: 1 -> 2"
