@@ -8,11 +8,13 @@ Extracts the base commit (`git archive BASE | tar -x`) into a temporary folder, 
     python -m server.cli bench sim --workload W --policy P --programs N --rate R --seed S --json
 
 in that tree and in this one (subprocesses, cwd = each tree, this interpreter; `PRELUDE`
-turns transformers' hub kernels off in both), alternating
-which goes first over `--repeats` rounds. Prints each run's wall seconds, the ratio
-base/head per round and its min/median/max, and checks the simulated figures are identical:
-every key both JSON objects have (nested ones flattened: a newer tree's extra keys are left
-out), except the wall-clock ones (`WALL_CLOCK_KEYS`), compared for equality to the last digit. Exits 1 if any compared figure differs.
+turns transformers' hub kernels off in both), alternating which goes first over `--repeats`
+rounds. Prints each run's wall seconds (the whole process: imports and trace generation
+included) and its `sim_wall_seconds` (`simulate()` alone), the ratios base/head per round
+and their min/median/max, and checks the simulated figures are identical: every key both
+JSON objects have (nested ones flattened: a newer tree's extra keys are left out), except
+the wall-clock ones (`WALL_CLOCK_KEYS`), compared for equality to the last digit. Exits 1
+if any compared figure differs.
 """
 
 from __future__ import annotations
@@ -103,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     command = sim_command(args)
     print("command: python -m server.cli", " ".join(command[3:]))
-    ratios, mismatched = [], set()
+    ratios, sim_ratios, mismatched = [], [], set()
     with tempfile.TemporaryDirectory(prefix="sim_speed_") as folder:
         base_tree = Path(folder)
         extract(args.base, base_tree)
@@ -117,10 +119,15 @@ def main(argv: list[str] | None = None) -> int:
                       + differences(runs["base"][1], runs["head"][1], differing))
             mismatched.update(differing)
             ratios.append(runs["base"][0] / runs["head"][0])
+            sim = {name: runs[name][1]["sim_wall_seconds"] for name in trees}
+            sim_ratios.append(sim["base"] / sim["head"])
             print(f"round {round_ + 1} ({' then '.join(order)}): base {runs['base'][0]:.1f} s, "
-                  f"head {runs['head'][0]:.1f} s, ratio {ratios[-1]:.2f}x")
-    print(f"ratio base/head: min {min(ratios):.2f}x, median {statistics.median(ratios):.2f}x, "
-          f"max {max(ratios):.2f}x")
+                  f"head {runs['head'][0]:.1f} s, ratio {ratios[-1]:.2f}x; simulate() alone "
+                  f"(sim_wall_seconds) base {sim['base']:.1f} s, head {sim['head']:.1f} s, "
+                  f"ratio {sim_ratios[-1]:.2f}x")
+    for what, values in (("ratio base/head", ratios), ("simulate() alone", sim_ratios)):
+        print(f"{what}: min {min(values):.2f}x, median {statistics.median(values):.2f}x, "
+              f"max {max(values):.2f}x")
     print(f"compared {len(compared)} figures: {', '.join(compared)}")
     if mismatched:
         print(f"DIFFERENT: {', '.join(sorted(mismatched))}")
