@@ -10,8 +10,10 @@ decides each prefix as it would in the whole text. Nothing raises, whatever the 
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from typing import ClassVar, Literal
+
+from server.held_back_scan import HeldBackScanner
 
 REASONING = "reasoning_content"  # vLLM's field, in a message and in a streamed delta
 CONTENT = "content"
@@ -19,7 +21,7 @@ Kind = Literal["reasoning_content", "content"]
 Fragment = dict  # one chat-completion-chunk `delta`: {"reasoning_content": ...} or {"content": ...}
 
 
-class ReasoningParser(ABC):
+class ReasoningParser(HeldBackScanner[tuple[Kind, str]]):
     """One instance parses one output: either `parse` (any number of times), or one stream of
     `feed` calls closed by one `finish`.
 
@@ -45,9 +47,9 @@ class ReasoningParser(ABC):
     markers: ClassVar[tuple[str, ...]]
 
     def __init__(self, in_content: bool = False, call_marker: str | None = None) -> None:
+        super().__init__()
         self.in_content = in_content
         self.call_marker = call_marker
-        self._pending = ""  # text fed but not yet decided by _scan
         self._quiet = ""  # whitespace-only reasoning held until other reasoning follows
         self._reasoned = False  # whether a reasoning fragment has been sent
 
@@ -73,19 +75,6 @@ class ReasoningParser(ABC):
         reasoning = "".join(f.get(REASONING, "") for f in fragments)
         content = "".join(f.get(CONTENT, "") for f in fragments)
         return reasoning or None, content or None
-
-    def feed(self, delta: str) -> list[Fragment]:
-        """Take the next text of the output; return the fragments now decided (maybe none)."""
-        self._pending += delta
-        pieces, used = self._scan(self._pending, final=False)
-        self._pending = self._pending[used:]
-        return self._fragments(pieces)
-
-    def finish(self) -> list[Fragment]:
-        """End the stream: return the fragments for everything still held back."""
-        pieces, _ = self._scan(self._pending, final=True)
-        self._pending = ""
-        return self._fragments(pieces)
 
     def _fragments(self, pieces: list[tuple[Kind, str]]) -> list[Fragment]:
         out: list[Fragment] = []

@@ -14,11 +14,13 @@ plain-text piece. Nothing raises.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 from uuid import uuid4
+
+from server.held_back_scan import HeldBackScanner
 
 Fragment = dict  # one chat-completion-chunk `delta`, e.g. {"content": "..."}
 
@@ -77,7 +79,7 @@ class ParsedOutput:
     tool_calls: tuple[ToolCall, ...]
 
 
-class ToolParser(ABC):
+class ToolParser(HeldBackScanner[Piece]):
     """One instance parses one output: either `parse` (any number of times), or one stream of
     `feed` calls closed by one `finish`.
 
@@ -97,8 +99,8 @@ class ToolParser(ABC):
     call_marker: ClassVar[str | None] = None
 
     def __init__(self, make_id: Callable[[], str] = new_call_id) -> None:
+        super().__init__()
         self._make_id = make_id
-        self._pending = ""  # text fed but not yet decided by _scan
         self._quiet = ""  # whitespace-only content held until something else is said
         self._spoke = False  # whether any content fragment has been sent
         self._num_calls = 0
@@ -127,19 +129,6 @@ class ToolParser(ABC):
     def _fresh(self) -> ToolParser:
         """A new parser like this one (same ids), at the start of an output."""
         return type(self)(self._make_id)
-
-    def feed(self, delta: str) -> list[Fragment]:
-        """Take the next text of the output; return the fragments now decided (maybe none)."""
-        self._pending += delta
-        pieces, used = self._scan(self._pending, final=False)
-        self._pending = self._pending[used:]
-        return self._fragments(pieces)
-
-    def finish(self) -> list[Fragment]:
-        """End the stream: return the fragments for everything still held back."""
-        pieces, _ = self._scan(self._pending, final=True)
-        self._pending = ""
-        return self._fragments(pieces)
 
     def _fragments(self, pieces: list[Piece]) -> list[Fragment]:
         out: list[Fragment] = []
