@@ -63,7 +63,7 @@ from bench.analysis.sweep import SweepPoint, capacity, generate_trace, simulate_
 from bench.sim.arrivals import POISSON, ArrivalProcess, retime
 from bench.sim.metrics import ProgramRecord, compute_metrics
 from bench.sim.multi_sim import DEFAULT_CUTOFF, replica_options
-from bench.sim.simulate import EarlyStop
+from bench.sim.simulate import EarlyStop, SimResult
 from bench.sim.trace import Trace
 
 DEFAULT_WARMUP_PROGRAMS = 600
@@ -277,6 +277,25 @@ def run_steady_point(workload: str, base: Trace, seed: int, policy: str, rate: f
                      model: str = "llama-3.1-8b",
                      multi: dict[str, Any] | None = None,
                      engine_overrides: dict[str, Any] | None = None) -> SteadyPoint:
+    """`steady_run`'s point alone."""
+    return steady_run(workload, base, seed, policy, rate, config, preset, model, multi,
+                      engine_overrides).point
+
+
+@dataclass(frozen=True)
+class SteadyRun:
+    """A judged point (`point`) with the run behind it (`result`: every program it finished)
+    and the ids of the programs it measured (`measured`)."""
+
+    point: SteadyPoint
+    result: SimResult
+    measured: frozenset[str]
+
+
+def steady_run(workload: str, base: Trace, seed: int, policy: str, rate: float,
+               config: SteadyConfig, preset: str = "a100-80g", model: str = "llama-3.1-8b",
+               multi: dict[str, Any] | None = None,
+               engine_overrides: dict[str, Any] | None = None) -> SteadyRun:
     """Simulate the first `config.total_programs(rate)` programs of `base` (generated at
     `BASE_RATE` with `seed`; ValueError if it has fewer) retimed to `rate` under `policy`
     (with `engine_overrides` on its engine config; on the replicas of `multi`,
@@ -301,8 +320,9 @@ def run_steady_point(workload: str, base: Trace, seed: int, policy: str, rate: f
                      else (math.nan, math.nan))
     point = summarize(workload, policy, rate, result, len(measured), measured,
                       overloaded=verdict is not Verdict.STEADY)
-    return SteadyPoint(seed, window, len(measured), first, second, watch.growth, verdict,
-                       point, watch.time_in_system(rate))
+    judged = SteadyPoint(seed, window, len(measured), first, second, watch.growth, verdict,
+                         point, watch.time_in_system(rate))
+    return SteadyRun(judged, result, measured)
 
 
 def find_steady_capacities(workload: str, policies: Sequence[str], targets: Sequence[float],
