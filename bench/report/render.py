@@ -31,8 +31,8 @@ def significant(value: float, digits: int = 4) -> str:
     dropped."""
     if value == 0:
         return "0"
-    decimals = max(digits - 1 - math.floor(math.log10(abs(value))), 0)
-    text = f"{round(value, decimals):.{decimals}f}"
+    decimals = digits - 1 - math.floor(math.log10(abs(value)))
+    text = f"{round(value, decimals):.{max(decimals, 0)}f}"
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
@@ -57,7 +57,7 @@ def _section(study: ReportStudy) -> str:
         "```",
         "",
         f"Commit {study.commit}, {study.date}, {study.machine}. "
-        f"Notes: [{study.notes}](../{study.notes}).",
+        f"Notes: [{study.notes}]({study.notes.removeprefix('bench/')}).",
         "",
         "| id | workload | policy | figure | value | commit | command | note |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
