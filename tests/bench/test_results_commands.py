@@ -1,7 +1,8 @@
 """Every command quoted in bench/RESULTS.md, the notes under bench/notes/, bench/REPORT.md and
 README.md resolves to a real entry point and parses with its real argument parser, as a dry
-run (nothing runs past parsing): a renamed flag or module fails here. bench/RESULTS_ARCHIVE.md is left out on purpose: its stale
-sections keep their commands as they were run, and those may name flags since removed.
+run (nothing runs past parsing): a renamed flag or module fails here.
+bench/RESULTS_ARCHIVE.md is left out on purpose: its stale sections keep their commands as
+they were run, and those may name flags since removed.
 
 A command is a fenced-block line, or an inline code span with a flag (a bare
 `agentix bench capacity` in prose is a name, not a command), starting with `agentix `,
