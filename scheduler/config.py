@@ -46,8 +46,8 @@ class SchedulerConfig:
     (default) ranks a program's KV by the level of its next call first, so an admission may
     evict a lower-priority program's retained KV; off, every live program's KV ranks by its
     retention state alone (as with one level), so no admission evicts any program's retained
-    tool-call KV, whatever the levels (measured on coding: RESULTS, "Why gittins loses on
-    coding").
+    tool-call KV, whatever the levels (measured on coding:
+    bench/notes/2026-12-01-learnt-scheduling.md, "Why gittins loses on coding").
     Deadlines (seconds, None = off): a call that has produced no token is promoted to the
     top level once `ttft_slo_seconds` after its arrival less its estimated prefill time has
     passed (a request may set its own), and a call preempted after producing tokens once

@@ -204,7 +204,8 @@ def _add_serve_parser(sub) -> None:
                             "converted once from the installed GGUF file)")
     serve.add_argument("--policy", choices=list(POLICIES), default=DEFAULT_POLICY,
                        help="scheduling policy (EngineConfig's default, chosen on the "
-                            "steady-state tables of bench/RESULTS.md, 'Learnt scheduling')")
+                            "steady-state tables of "
+                            "bench/notes/2026-12-01-learnt-scheduling.md)")
     serve.add_argument("--host", default="127.0.0.1", help="the address every port listens on")
     grpc_port = serve.add_mutually_exclusive_group()
     grpc_port.add_argument("--port", type=int, default=50051,

@@ -10,8 +10,9 @@ ids (`explicit`), the same ids never ended (`named`: a client that sends `X-Prog
 and never ends its programs), the programs the HTTP door's `--infer-programs` rule infers
 from the prompts (`inferred`), and none (`none`: one-call programs, what an unmodified chat
 client gets without the flag). `capacity`: the highest rate at which gittins held a steady
-state (the bottom of its capacity bracket in bench/RESULTS.md, "The capacity table at both
-targets"); `moderate`: about 3/4 of it; `burst`: past it, with more programs than the
+state (the bottom of its capacity bracket in bench/REPORT.md, the capacity_* studies, and
+bench/notes/2026-12-01-learnt-scheduling.md, "The capacity table at both targets");
+`moderate`: about 3/4 of it; `burst`: past it, with more programs than the
 engine's 256 seats, so that calls queue. Prints one markdown table: the
 mean and P99 program-level normalized latency of each (always per trace program), their
 ratios to `explicit`, and how the inferred run assigned the calls.

@@ -4,8 +4,8 @@
 inner product over a weight already in its blocked layout (`torch.ops.mkldnn`, the ops
 inductor emits for CPU linears) runs every shape of a SmolLM2 step faster on this project's
 AMD EPYC VMs: 1.3-1.6x at 64 rows, 1.8x for the 49,152-row LM head, and at 1 to 1,024 rows
-alike, whatever batch size the reorder is told (bench/RESULTS.md, "Agentix vs vLLM's CPU
-backend"). Its results are not bit-equal to `F.linear` (about 1e-4 apart at these sizes);
+alike, whatever batch size the reorder is told (bench/notes/2026-12-04-agentix-vs-vllm.md).
+Its results are not bit-equal to `F.linear` (about 1e-4 apart at these sizes);
 unlike MKL's they do not depend on how many rows a call has.
 
 `pack_linears(model)` swaps every `nn.Linear` of a model for a `PackedLinear` when

@@ -45,8 +45,8 @@ PlacementSpec = str | type[Placement]
 # What the router and the multi-engine simulator use when none is named: the queue-priced
 # placement, the best when replicas differ; when they are alike it ties prefix_aware's
 # capacity (on mixed on the median of three seeds; on one of them a rate step behind:
-# bench/RESULTS.md, "Session 13: later calls follow their history", "Session 14: mixed on
-# three seeds").
+# bench/notes/2026-12-01-load-balancer.md, "Session 13: later calls follow their history",
+# "Session 14: mixed on three seeds").
 DEFAULT_PLACEMENT = "agentix"
 
 

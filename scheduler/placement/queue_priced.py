@@ -31,8 +31,8 @@ go to fewer load tokens. At 1 a later call leaves its history when the queue or 
 shortage in front of it is worth more than recomputing it elsewhere (the rule before session
 13): at the edge of capacity with alike replicas every such move lost, because a move wastes
 the history's prefill and adds it to another replica's queue, and the queue term over-states
-the queue of LATS trees' queued siblings (RESULTS, "Session 12: why agentix loses on mixed",
-"Session 13: later calls follow their history").
+the queue of LATS trees' queued siblings (bench/notes/2026-12-01-load-balancer.md, "Session
+12: why agentix loses on mixed", "Session 13: later calls follow their history").
 
 `new_program_weight` (default `auto`) adds a weight to `load_weight` for a program's first
 call, whose replica is where its KV will grow. `auto` makes it what programs grow to: the
@@ -43,8 +43,9 @@ replicas as `pinned` does, and 0.007 on mixed, where the prefix a replica holds 
 A number fixes the weight (at 1 new programs go by load, which costs mixed 17% of its mean).
 Programs count as new until a call of theirs is placed, and again after `program_ended`.
 
-Measured (bench/RESULTS.md, "Session 13: later calls follow their history", "Session 14:
-mixed on three seeds"): at steady state on four alike replicas the defaults (0, 0.02, 1,
+Measured (bench/notes/2026-12-01-load-balancer.md, "Session 13: later calls follow their
+history", "Session 14: mixed on three seeds"): at steady state on four alike replicas the
+defaults (0, 0.02, 1,
 auto, 0) hold `prefix_aware`'s capacity on ShareGPT and LATS and `pinned`'s on coding (1.2%
 behind its mean); on mixed they gain a rate step over `move_weight` 1 and hold
 `prefix_aware`'s capacity on the median of three seeds, one step (11.4/s) behind it on one

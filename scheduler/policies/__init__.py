@@ -37,7 +37,7 @@ POLICIES = MappingProxyType({p.name: p for p in (FCFSPolicy, LASPolicy, MLFQPoli
 PolicySpec = str | type[Policy]
 
 # `EngineConfig.policy`'s default, here so that torch-free code (`agentix serve`'s parser)
-# reads it too: chosen on the steady-state tables of bench/RESULTS.md, "Learnt scheduling".
+# reads it too: chosen on the steady-state tables of bench/notes/2026-12-01-learnt-scheduling.md.
 DEFAULT_POLICY = GittinsPolicy.name
 
 

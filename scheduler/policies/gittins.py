@@ -21,7 +21,8 @@ computed from the sizes of finished programs (see `scheduler.gittins`).
 - Inside a level, calls go in their program's start order, then arrival order (program
   FCFS). Ordering them by their program's index at arrival instead (tried in session 4)
   won on replayed bursts but lost ShareGPT's steady state at 8 programs/s (one long
-  conversation left unfinished: RESULTS, "Learnt scheduling", session 6), so it was undone.
+  conversation left unfinished: bench/notes/2026-12-01-learnt-scheduling.md, session 6), so
+  it was undone.
 
 Cost: a bisect per charged call per step; a table is rebuilt when an eighth of its samples
 are new (one numpy pass per grid point), never per step.

@@ -26,7 +26,7 @@ def test_turns_contexts_and_tool_times_match_the_issue():
 
 
 def test_coding_is_unchanged_by_the_shape(tmp_path):
-    """`coding` draws exactly as before `Shape` (its traces in RESULTS reproduce)."""
+    """`coding` draws exactly as before `Shape` (its traces in bench/notes/ reproduce)."""
     save_trace(coding.generate(30, seed=3, rate=0.5), tmp_path / "t.json")
     digest = hashlib.md5((tmp_path / "t.json").read_bytes()).hexdigest()
     assert digest == "cf97b412c01f3961a44c6c9f868173f6"  # the trace saved before `Shape`

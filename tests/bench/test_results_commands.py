@@ -1,7 +1,8 @@
-"""Every command quoted in bench/RESULTS.md and README.md resolves to a real entry point and
-parses with its real argument parser, as a dry run (nothing runs past parsing): a renamed
-flag or module fails here. bench/RESULTS_ARCHIVE.md is left out on purpose: its stale
-sections keep their commands as they were run, and those may name flags since removed.
+"""Every command quoted in bench/RESULTS.md, the notes under bench/notes/, bench/REPORT.md and
+README.md resolves to a real entry point and parses with its real argument parser, as a dry
+run (nothing runs past parsing): a renamed flag or module fails here.
+bench/RESULTS_ARCHIVE.md is left out on purpose: its stale sections keep their commands as
+they were run, and those may name flags since removed.
 
 A command is a fenced-block line, or an inline code span with a flag (a bare
 `agentix bench capacity` in prose is a name, not a command), starting with `agentix `,
@@ -23,7 +24,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = (ROOT / "bench" / "RESULTS.md", ROOT / "README.md")
+DOCS = (ROOT / "bench" / "RESULTS.md", *sorted((ROOT / "bench" / "notes").glob("*.md")),
+        ROOT / "bench" / "REPORT.md", ROOT / "README.md")
 START = re.compile(r"^(?:\.venv/bin/python -m |python -m |agentix )")
 PLACEHOLDERS = {"POLICY": "atlas", "P": "atlas", "W": "mixed", "DIR": "/tmp",
                 "HOST:PORT": "127.0.0.1:1", "TOKEN": "token", "OUT": "/tmp/out", "S": "1",

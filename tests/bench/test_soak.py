@@ -2,7 +2,7 @@
 and HTTP clients on the replicas, cancels, aborts and dropped streams, a replica failover
 every 10 s and a failing executor step in every 150. Every call ends with an expected
 status, memory does not climb, and both replicas end with no call, block or record left.
-(The 30-minute run's figures are in bench/RESULTS.md.)"""
+(The 30-minute run's figures are in bench/notes/2026-12-01-hardening.md, "Soak".)"""
 
 from __future__ import annotations
 

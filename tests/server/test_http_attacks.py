@@ -1,6 +1,7 @@
 """The HTTP door attacked as an outsider would: each case's expected status and body, a victim
 served during or right after it, and nothing left behind (no call, no block, pools and tables
-agreeing). The gRPC door's matrix is test_hardening.py; bench/RESULTS.md summarises both."""
+agreeing). The gRPC door's matrix is test_hardening.py; bench/notes/2026-12-01-hardening.md
+summarises both."""
 
 from __future__ import annotations
 
