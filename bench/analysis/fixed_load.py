@@ -4,6 +4,7 @@ state, on several seeds (issue 39, item 2).
 - The knee: the highest arrival rate (programs/s) at which a workload runs at steady state
   under `optimized` (`find_knee`: `bench.analysis.capacity.search` with no latency target,
   so only overload ends it, on one seed; or given by the caller from an earlier search).
+  `find_knee` takes any policy: the knees of two policies are their capacities.
 - Each seed gets one trace (`bench.analysis.steady_state.TracePrefixes`); every fraction f of
   `FixedLoadConfig.fractions` runs it at f x knee under every policy
   (`bench.analysis.steady_state.steady_run`: warm-up, window, tail, backlog watch), so the
@@ -170,16 +171,16 @@ def run_fixed_load(workload: str, policies: Sequence[str], config: FixedLoadConf
 def find_knee(workload: str, steady: SteadyConfig, start_rate: float, iterations: int = 2,
               seed: int = 0, arrivals: ArrivalProcess = POISSON, preset: str = "a100-80g",
               model: str = "llama-3.1-8b",
-              engine_overrides: dict[str, Any] | None = None
+              engine_overrides: dict[str, Any] | None = None, policy: str = KNEE_POLICY
               ) -> tuple[float | None, list[SweepPoint]]:
-    """The highest steady rate `KNEE_POLICY` reached on `seed` (None if even the lowest
-    rate tried was overloaded), and the points run: `search` brackets from `start_rate` by
+    """The highest steady rate `policy` reached on `seed` (None if even the lowest rate
+    tried was overloaded), and the points run: `search` brackets from `start_rate` by
     doubling or halving, then bisects `iterations` times, with no latency target."""
     traces = TracePrefixes(workload, seed, arrivals)
 
     def point_at(rate: float) -> SweepPoint:
         return run_steady_point(workload, traces.first(steady.total_programs(rate)), seed,
-                                KNEE_POLICY, rate, steady, preset, model,
+                                policy, rate, steady, preset, model,
                                 engine_overrides=engine_overrides).point
 
     points = search(point_at, math.inf, start_rate, iterations)

@@ -1,14 +1,15 @@
 """Fixed-load comparisons at 0.7, 0.85 and 0.95 of a workload's knee, on three seeds, with
 intervals (issue 39, items 2 and 4; the method: `bench.analysis.fixed_load`).
 
-    python -m bench.studies.fixed_load knee --workload W [--start-rate R] [--iterations 2]
+    python -m bench.studies.fixed_load knee --workload W [--policy optimized] [--start-rate R]
+        [--iterations 2]
         [--arrivals A] [--memory-pressure P] [--warmup-seconds S] [--window-programs N]
     python -m bench.studies.fixed_load run --workload W --knee K --name NAME
         [--knee-source TEXT] [--policies defaults,pfcfs,...] [--fractions 0.7,0.85,0.95]
         [--seeds 0,1,2] [--arrivals A] [--memory-pressure P] [--out bench/results/fixed_load]
     python -m bench.studies.fixed_load report --runs bench/results/fixed_load/NAME.runs.json
 
-`knee` prints the highest steady rate of `optimized` on seed 0. `run` simulates every
+`knee` prints the highest steady rate of `--policy` (default `optimized`) on `--seed` (0). `run` simulates every
 (seed, fraction, policy) and saves each run as it ends in `NAME.runs.json` (with the command,
 commit and settings), then writes the report `NAME.md` beside it and the study's rows for
 bench/REPORT.md (`bench/results/report/fixed_load_NAME.json`). `report` rewrites both from a
@@ -99,7 +100,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 def _knee(args: argparse.Namespace) -> None:
     knee, points = find_knee(args.workload, _steady(args), args.start_rate, args.iterations,
                              args.seed, args.arrivals, args.preset, args.model,
-                             _overrides(args) or None)
+                             _overrides(args) or None, args.policy)
     for p in points:
         state = "overloaded" if p.overloaded else f"steady, mean {p.mean_norm_latency:.4f}"
         print(f"rate {p.rate:.4g}: {state} ({p.sim_wall_seconds:.0f} s)")
@@ -201,8 +202,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.studies.fixed_load",
                                      description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    knee = sub.add_parser("knee", help="the highest steady rate of optimized on one seed")
+    knee = sub.add_parser("knee", help="the highest steady rate of a policy on one seed")
     _add_load_arguments(knee)
+    knee.add_argument("--policy", choices=[DEFAULTS, *BASELINES], default="optimized")
     knee.add_argument("--start-rate", type=float, default=1.0)
     knee.add_argument("--iterations", type=int, default=2)
     knee.add_argument("--seed", type=int, default=0)
