@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from bench.analysis.capacity import search
 from bench.analysis.sweep import SweepPoint
@@ -32,6 +32,7 @@ from bench.analysis.steady_state import (SteadyConfig, TracePrefixes, Verdict, r
 from bench.sim.arrivals import POISSON, ArrivalProcess
 from bench.sim.metrics import compute_metrics
 from bench.sim.simulate import SimResult
+from bench.sim.trace import Trace
 
 FRACTIONS = (0.7, 0.85, 0.95)
 SEEDS = (0, 1, 2)
@@ -139,33 +140,48 @@ def run_fixed_load(workload: str, policies: Sequence[str], config: FixedLoadConf
                    arrivals: ArrivalProcess = POISSON, preset: str = "a100-80g",
                    model: str = "llama-3.1-8b",
                    engine_overrides: dict[str, Any] | None = None,
-                   on_run: Callable[[FixedRun], None] | None = None) -> list[FixedRun]:
+                   on_run: Callable[[FixedRun], None] | None = None,
+                   done_before: Mapping[tuple[int, float, str], FixedRun] | None = None
+                   ) -> list[FixedRun]:
     """Every (seed, fraction, policy), in that nesting order; `on_run` sees each run as it
-    ends (progress, or saving as it goes)."""
+    ends (progress, or saving as it goes). `done_before`: runs of the same study settings
+    by (seed, fraction, policy), taken as they are instead of simulated again (the
+    simulator is deterministic, so they are what a new run would give)."""
     if not policies:
         raise ValueError("policies: must not be empty")
+    done_before = done_before or {}
     runs = []
     for seed in config.seeds:
         traces = TracePrefixes(workload, seed, arrivals)
         for fraction in config.fractions:
             rate = config.rate(fraction)
-            base = traces.first(config.steady.total_programs(rate))
+            base = None
             for policy in policies:
-                done = steady_run(workload, base, seed, policy, rate, config.steady, preset,
-                                  model, engine_overrides=engine_overrides)
-                point = done.point
-                steady = point.verdict is Verdict.STEADY
-                run = FixedRun(
-                    seed, fraction, rate, policy, point.verdict.value, point.backlog_growth,
+                run = done_before.get((seed, fraction, policy))
+                if run is None:
+                    if base is None:
+                        base = traces.first(config.steady.total_programs(rate))
+                    run = _run_one(workload, base, seed, fraction, rate, policy, config,
+                                   preset, model, engine_overrides)
+                runs.append(run)
+                if on_run is not None:
+                    on_run(run)
+    return runs
+
+
+def _run_one(workload: str, base: Trace, seed: int, fraction: float, rate: float,
+             policy: str, config: FixedLoadConfig, preset: str, model: str,
+             engine_overrides: dict[str, Any] | None) -> FixedRun:
+    done = steady_run(workload, base, seed, policy, rate, config.steady, preset, model,
+                      engine_overrides=engine_overrides)
+    point = done.point
+    steady = point.verdict is Verdict.STEADY
+    return FixedRun(seed, fraction, rate, policy, point.verdict.value, point.backlog_growth,
                     point.warm_enough, point.time_in_system,
                     is_flat(point.verdict, point.backlog_growth, point.warm_enough,
                             config.flat_growth),
                     class_figures(done.result, done.measured) if steady else {},
                     point.point.sim_wall_seconds)
-                runs.append(run)
-                if on_run is not None:
-                    on_run(run)
-    return runs
 
 
 def find_knee(workload: str, steady: SteadyConfig, start_rate: float, iterations: int = 2,

@@ -7,8 +7,11 @@ intervals (issue 39, items 2 and 4; the method: `bench.analysis.fixed_load`).
     python -m bench.studies.fixed_load run --workload W --knee K --name NAME
         [--knee-source TEXT] [--policies defaults,pfcfs,...] [--fractions 0.7,0.85,0.95]
         [--seeds 0,1,2] [--arrivals A] [--memory-pressure P] [--out bench/results/fixed_load]
+        [--reuse OLD.runs.json]
     python -m bench.studies.fixed_load report --runs bench/results/fixed_load/NAME.runs.json
 
+`run --reuse OLD.runs.json` takes the runs an earlier study with the same settings has (to
+add a policy without simulating the others again; the saved file may be the one rewritten).
 `knee` prints the highest steady rate of `--policy` (default `optimized`) on `--seed` (0). `run` simulates every
 (seed, fraction, policy) and saves each run as it ends in `NAME.runs.json` (with the command,
 commit and settings), then writes the report `NAME.md` beside it and the study's rows for
@@ -128,9 +131,28 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> None:
         print(f"seed {run.seed} {run.fraction:g} x knee {run.policy}: {run.verdict}, growth "
               f"{run.backlog_growth:+.3f} ({flat}), {run.sim_wall_seconds:.0f} s", flush=True)
 
+    before = reusable_runs(Path(args.reuse), saved) if args.reuse else {}
     run_fixed_load(args.workload, args.policies, config, args.arrivals, args.preset,
-                   args.model, _overrides(args) or None, on_run=save)
+                   args.model, _overrides(args) or None, on_run=save, done_before=before)
     _write_outputs(path)
+
+
+SAME_SETTINGS = ("workload", "knee", "preset", "model", "arrivals", "memory_pressure")
+
+
+def reusable_runs(path: Path, settings: dict[str, Any]) -> dict[tuple[int, float, str], FixedRun]:
+    """The runs of a saved study whose settings are `settings`' (ValueError naming the
+    first that differs), by (seed, fraction, policy)."""
+    old, runs = load_runs(path)
+    for name in SAME_SETTINGS:
+        if old[name] != settings[name]:
+            raise ValueError(f"--reuse {path}: {name} is {old[name]!r} there, "
+                             f"{settings[name]!r} here")
+    for name in ("steady", "flat_growth"):
+        if old["config"][name] != settings["config"][name]:
+            raise ValueError(f"--reuse {path}: config.{name} is {old['config'][name]!r} "
+                             f"there, {settings['config'][name]!r} here")
+    return {(r.seed, r.fraction, r.policy): r for r in runs}
 
 
 def load_runs(path: Path) -> tuple[dict[str, Any], list[FixedRun]]:
@@ -218,6 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seeds", type=_ints, default=SEEDS)
     run.add_argument("--flat-growth", type=float, default=0.1)
     run.add_argument("--out", default=str(DEFAULT_OUT))
+    run.add_argument("--reuse", default=None, metavar="RUNS_JSON",
+                     help="take the runs this saved study (same settings) already has "
+                          "instead of simulating them again (the simulator is deterministic)")
     report = sub.add_parser("report", help="rewrite a study's report from its runs file")
     report.add_argument("--runs", required=True)
     return parser

@@ -229,3 +229,33 @@ def test_cli_rejects_a_bad_knee_with_its_name(tmp_path):
     with pytest.raises(SystemExit, match="knee"):
         study.main(["run", "--workload", "sharegpt", "--knee", "0", "--name", "x",
                     "--out", str(tmp_path)])
+
+
+def test_runs_done_before_are_taken_not_simulated(monkeypatch):
+    simulated = []
+
+    def fake_run(workload, base, seed, policy, rate, steady, preset, model, engine_overrides):
+        simulated.append((seed, policy))
+        return _fake_steady(2, policy)
+
+    monkeypatch.setattr(fl, "steady_run", fake_run)
+    config = FixedLoadConfig(0.1, fractions=(0.5,), seeds=(0,), steady=TINY)
+    old = run(0, 0.5, "optimized", 0.25)
+    runs = run_fixed_load("sharegpt", ["optimized", "gittins"], config,
+                          done_before={(0, 0.5, "optimized"): old})
+    assert simulated == [(0, "gittins")]
+    assert runs[0] is old and runs[1].policy == "gittins"
+
+
+def test_reuse_needs_the_same_settings(tmp_path):
+    saved = {"name": "u", "workload": "mixed", "knee": 2.0, "preset": "a100-80g",
+             "model": "llama-3.1-8b", "arrivals": "poisson", "memory_pressure": 1.0,
+             "config": {"steady": {"window_programs": 200}, "flat_growth": 0.1},
+             "runs": [run(1, 0.7, "optimized", 0.5).to_dict()]}
+    path = tmp_path / "u.runs.json"
+    path.write_text(json.dumps(saved))
+    assert list(study.reusable_runs(path, saved)) == [(1, 0.7, "optimized")]
+    with pytest.raises(ValueError, match="knee is 2.0 there, 2.5 here"):
+        study.reusable_runs(path, {**saved, "knee": 2.5})
+    with pytest.raises(ValueError, match="config.steady"):
+        study.reusable_runs(path, {**saved, "config": {"steady": {}, "flat_growth": 0.1}})
