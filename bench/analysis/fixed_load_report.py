@@ -181,16 +181,19 @@ def verdict_summary(runs: FixedLoadRuns, ours: str) -> str:
     return "\n".join(lines)
 
 
-def markdown(runs: FixedLoadRuns, ours: str, header: str) -> str:
-    """The whole report: `header`, the backlog check, figures per class, comparisons."""
+def markdown(runs: FixedLoadRuns, ours: Sequence[str], header: str) -> str:
+    """The whole report: `header`, the backlog check, each of `ours` against every other
+    policy, then per class the figures and each of `ours` / the others."""
     parts = [header, "", "## Backlog check", "",
              "Growth of the backlog over the window as a fraction of the window's programs "
              "(flat: within the study's bound, steady, warm-up at least twice the time in "
-             "system; `!`: warm-up shorter than that).", "", backlog_table(runs), "",
-             f"## {ours} against every policy", "", verdict_summary(runs, ours)]
+             "system; `!`: warm-up shorter than that).", "", backlog_table(runs)]
+    for mine in ours:
+        parts += ["", f"## {mine} against every policy", "", verdict_summary(runs, mine)]
     for klass in runs.classes:
         title = "all measured programs" if klass == ALL else f"class {klass}"
-        parts += ["", f"## Figures, {title}", "", figures_table(runs, klass), "",
-                  f"### {ours} / other, {title} (paired by seed)", "",
-                  comparison_table(runs, ours, klass)]
+        parts += ["", f"## Figures, {title}", "", figures_table(runs, klass)]
+        for mine in ours:
+            parts += ["", f"### {mine} / other, {title} (paired by seed)", "",
+                      comparison_table(runs, mine, klass)]
     return "\n".join(parts) + "\n"

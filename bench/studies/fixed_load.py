@@ -42,6 +42,9 @@ from bench.sim.workloads import WORKLOADS
 
 REPO = Path(__file__).resolve().parents[2]
 POLICIES = (DEFAULTS, "pfcfs", "mlfq", "atlas", "optimized", "optimized-mem", "vllm06")
+# Compared with every other policy of a study: the engine's defaults, and its order alone
+# (`gittins`: the default policy with the baselines' common settings).
+OURS = (DEFAULTS, "gittins")
 DEFAULT_OUT = Path("bench/results/fixed_load")
 REPORT_FOLDER = Path("bench/results/report")
 NOTES = "bench/notes/2026-12-06-fixed-load.md"
@@ -174,10 +177,11 @@ def _header(saved: dict[str, Any]) -> str:
             f"(ratios paired by seed). Latencies in s/token, TTFT in s.")
 
 
-def report_rows(saved: dict[str, Any], runs: FixedLoadRuns, ours: str) -> list[ReportRow]:
+def report_rows(saved: dict[str, Any], runs: FixedLoadRuns,
+                ours: Sequence[str]) -> list[ReportRow]:
     """The study's REPORT rows: every policy's figures over all programs at every load, and
-    `ours` / every other policy, paired by seed, with its verdict (none when no run was
-    steady)."""
+    each of `ours` / every other policy, paired by seed, with its verdict (none when no run
+    was steady)."""
     rows = []
     labels = dict(FIGURES)
     for fraction in runs.fractions:
@@ -190,13 +194,14 @@ def report_rows(saved: dict[str, Any], runs: FixedLoadRuns, ours: str) -> list[R
                 rows.append(ReportRow(f"{fraction:g}.{policy}.{name}", saved["workload"],
                                       policy, f"{label} at {fraction:g} x knee", value.mean,
                                       note=f"{value.n} seeds", **interval))
-    for c in runs.comparisons(ours):
+    comparisons = [c for mine in ours for c in runs.comparisons(mine)]
+    for c in comparisons:
         if c.klass != ALL or c.ratio is None:
             continue
         interval = {} if c.ratio.n < 2 else {"low": c.ratio.low, "high": c.ratio.high}
-        rows.append(ReportRow(f"{c.fraction:g}.{ours}-vs-{c.theirs}.{c.figure}",
-                              saved["workload"], ours,
-                              f"{labels[c.figure]} ratio {ours} / {c.theirs} at "
+        rows.append(ReportRow(f"{c.fraction:g}.{c.ours}-vs-{c.theirs}.{c.figure}",
+                              saved["workload"], c.ours,
+                              f"{labels[c.figure]} ratio {c.ours} / {c.theirs} at "
                               f"{c.fraction:g} x knee", c.ratio.mean,
                               note=f"{c.verdict}, {c.ratio.n} seeds", **interval))
     return rows
@@ -206,7 +211,7 @@ def _write_outputs(path: Path) -> None:
     saved, runs = load_runs(path)
     table = FixedLoadRuns(runs)
     md = path.with_name(f"{saved['name']}.md")
-    ours = DEFAULTS if DEFAULTS in table.policies else table.policies[0]
+    ours = [p for p in OURS if p in table.policies] or table.policies[:1]
     md.write_text(markdown(table, ours, _header(saved)))
     rows = report_rows(saved, table, ours)
     if not rows:

@@ -184,7 +184,7 @@ def test_backlog_table_marks_growth_warm_up_and_flat_runs(runs):
     table = backlog_table(runs)
     assert "| 0.95 | defaults | s0: +0.000, s1: +0.120, s2: +0.000 | 2/3 |" in table
     assert "| 0.95 | optimized | s0: +0.010, s1: +0.010, s2: +0.300 (backlog grows) | 2/3 |" in table
-    text = markdown(runs, "defaults", "# head")
+    text = markdown(runs, ["defaults"], "# head")
     assert text.startswith("# head\n") and "## Figures, class lats" in text
 
 
