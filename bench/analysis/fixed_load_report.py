@@ -2,8 +2,9 @@
 every run, each policy's figures per class with their 95% intervals over seeds, and the
 default against every baseline, paired by seed (`bench.analysis.seed_stats`).
 
-A figure is given over the seeds whose run was steady; a cell names the seeds that were
-not ("overloaded on seed 2"). A comparison uses the seeds where both runs were steady.
+A figure is given over the seeds whose run was flat (`FixedRun.flat`: steady, the backlog
+flat, the warm-up long enough); a cell names the seeds that were not and why ("seed 2: not
+flat", "seed 2: backlog grows"). A comparison uses the seeds where both runs were flat.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def _fmt(value: float) -> str:
 
 @dataclass(frozen=True)
 class Comparison:
-    """`ours` / `theirs` on one figure of one class at one load, over `seeds` (both steady):
+    """`ours` / `theirs` on one figure of one class at one load, over `seeds` (both flat):
     the paired ratio's interval and its verdict ("loses", "wins", "tie", "n/a")."""
 
     klass: str
@@ -58,24 +59,25 @@ class FixedLoadRuns:
     def run(self, fraction: float, policy: str, seed: int) -> FixedRun | None:
         return self._by.get((fraction, policy, seed))
 
-    def steady_seeds(self, fraction: float, policy: str) -> list[int]:
+    def counted_seeds(self, fraction: float, policy: str) -> list[int]:
+        """The seeds whose run at (`fraction`, `policy`) was flat."""
         return [s for s in self.seeds
-                if (r := self.run(fraction, policy, s)) is not None and r.classes]
+                if (r := self.run(fraction, policy, s)) is not None and r.flat and r.classes]
 
     def values(self, fraction: float, policy: str, klass: str, figure: str,
                seeds: Sequence[int]) -> list[float]:
         return [getattr(self.run(fraction, policy, s).classes[klass], figure) for s in seeds]
 
     def figure(self, fraction: float, policy: str, klass: str, figure: str) -> Interval | None:
-        """The interval over the steady seeds (None when none was, or the class is absent)."""
-        seeds = [s for s in self.steady_seeds(fraction, policy)
+        """The interval over the flat seeds (None when none was, or the class is absent)."""
+        seeds = [s for s in self.counted_seeds(fraction, policy)
                  if klass in self.run(fraction, policy, s).classes]
         return interval(self.values(fraction, policy, klass, figure, seeds)) if seeds else None
 
     def compare(self, fraction: float, ours: str, theirs: str, klass: str,
                 figure: str) -> Comparison:
-        seeds = tuple(s for s in self.steady_seeds(fraction, ours)
-                      if s in self.steady_seeds(fraction, theirs)
+        seeds = tuple(s for s in self.counted_seeds(fraction, ours)
+                      if s in self.counted_seeds(fraction, theirs)
                       and klass in self.run(fraction, ours, s).classes)
         if not seeds:
             return Comparison(klass, fraction, ours, theirs, figure, None, "n/a", seeds)
@@ -90,13 +92,18 @@ class FixedLoadRuns:
                 for theirs in self.policies if theirs != ours for figure, _ in FIGURES]
 
 
-def _unsteady_note(runs: FixedLoadRuns, fraction: float, policy: str) -> str:
-    missing = [s for s in runs.seeds if s not in runs.steady_seeds(fraction, policy)]
-    if not missing:
-        return ""
-    why = [(runs.run(fraction, policy, s).verdict if runs.run(fraction, policy, s)
-            else "not run") for s in missing]
-    return "; " + ", ".join(f"seed {s}: {w}" for s, w in zip(missing, why))
+def _uncounted_note(runs: FixedLoadRuns, fraction: float, policy: str) -> str:
+    """"; seed 2: not flat" for each seed a figure leaves out, with why."""
+    notes = []
+    for seed in runs.seeds:
+        run = runs.run(fraction, policy, seed)
+        if run is None:
+            notes.append(f"seed {seed}: not run")
+        elif run.verdict != "steady":
+            notes.append(f"seed {seed}: {run.verdict}")
+        elif not run.flat:
+            notes.append(f"seed {seed}: not flat")
+    return "".join(f"; {n}" for n in notes)
 
 
 def backlog_table(runs: FixedLoadRuns) -> str:
@@ -130,8 +137,8 @@ def figures_table(runs: FixedLoadRuns, klass: str) -> str:
             cells = []
             for name, _ in FIGURES:
                 value = runs.figure(fraction, policy, klass, name)
-                cells.append("overloaded" if value is None else value.text())
-            note = _unsteady_note(runs, fraction, policy)
+                cells.append("no flat run" if value is None else value.text())
+            note = _uncounted_note(runs, fraction, policy)
             lines.append(f"| {fraction:g} | {policy}{note} | {' | '.join(cells)} |")
     return "\n".join(lines)
 

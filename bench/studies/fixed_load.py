@@ -215,7 +215,7 @@ def _write_outputs(path: Path) -> None:
     md.write_text(markdown(table, ours, _header(saved)))
     rows = report_rows(saved, table, ours)
     if not rows:
-        print(f"wrote {md}; no run was steady, so no REPORT rows")
+        print(f"wrote {md}; no run was flat, so no REPORT rows")
         return
     study = ReportStudy(
         name=f"fixed_load_{saved['name']}", title=f"Fixed load: {saved['name']}",
