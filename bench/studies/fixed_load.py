@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import re
 import shlex
 import sys
 from dataclasses import asdict
@@ -37,6 +38,7 @@ from bench.analysis.steady_state import SteadyConfig
 from bench.report.records import ReportRow, ReportStudy, current_commit, write_study
 from bench.sim.arrivals import parse_arrivals
 from bench.sim.baselines import BASELINES, BLOCK_SIZE, DEFAULTS
+from bench.sim.cost_model import GPU_PRESETS, MODEL_PRESETS
 from bench.sim.memory_pressure import kv_block_overrides, parse_memory_pressure
 from bench.sim.workloads import WORKLOADS
 
@@ -64,6 +66,12 @@ def _ints(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
 
 
+def _name(text: str) -> str:
+    if not re.fullmatch(r"[a-z0-9_]+", text):
+        raise argparse.ArgumentTypeError(f"name: expected [a-z0-9_]+, got {text!r}")
+    return text
+
+
 def _policies(text: str) -> tuple[str, ...]:
     names = tuple(v.strip() for v in text.split(",") if v.strip())
     unknown = [n for n in names if n not in (*BASELINES, DEFAULTS)]
@@ -86,8 +94,8 @@ def _add_load_arguments(parser: argparse.ArgumentParser) -> None:
                         default=parse_arrivals("poisson"))
     parser.add_argument("--memory-pressure", type=lambda t: _checked(parse_memory_pressure, t),
                         default=1.0, help="fraction of the preset's KV blocks (1/4, 1/8)")
-    parser.add_argument("--preset", default="a100-80g")
-    parser.add_argument("--model", default="llama-3.1-8b")
+    parser.add_argument("--preset", choices=sorted(GPU_PRESETS), default="a100-80g")
+    parser.add_argument("--model", choices=sorted(MODEL_PRESETS), default="llama-3.1-8b")
     steady = default_steady()
     parser.add_argument("--warmup-seconds", type=float, default=steady.warmup_seconds)
     parser.add_argument("--window-programs", type=int, default=steady.window_programs)
@@ -239,7 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_load_arguments(run)
     run.add_argument("--knee", type=float, required=True, help="programs/s")
     run.add_argument("--knee-source", default="given", help="where the knee comes from")
-    run.add_argument("--name", required=True, help="file stem of the outputs")
+    run.add_argument("--name", type=_name, required=True,
+                     help="file stem of the outputs ([a-z0-9_]+)")
     run.add_argument("--policies", type=_policies, default=POLICIES)
     run.add_argument("--fractions", type=_floats, default=FRACTIONS)
     run.add_argument("--seeds", type=_ints, default=SEEDS)

@@ -223,7 +223,9 @@ def test_study_report_writes_the_markdown_and_the_report_rows(runs, tmp_path, mo
     (["run", "--workload", "mixed", "--knee", "2", "--name", "x", "--fractions", "a"],
      "numbers"),
     (["knee", "--workload", "mixed", "--arrivals", "gamma:-1"], "arrivals|CV|cv"),
-    (["knee", "--workload", "mixed", "--memory-pressure", "2"], "pressure|fraction|1")])
+    (["knee", "--workload", "mixed", "--memory-pressure", "2"], "pressure|fraction|1"),
+    (["knee", "--workload", "mixed", "--preset", "tpu"], "preset"),
+    (["run", "--workload", "mixed", "--knee", "2", "--name", "Bad-Name"], "name")])
 def test_cli_rejects_bad_arguments_by_name(argv, message, capsys):
     with pytest.raises(SystemExit):
         study.main(argv)
