@@ -2,21 +2,22 @@
 intervals (issue 39, items 2 and 4; the method: `bench.analysis.fixed_load`).
 
     python -m bench.studies.fixed_load knee --workload W [--policy optimized] [--start-rate R]
-        [--iterations 2]
-        [--arrivals A] [--memory-pressure P] [--warmup-seconds S] [--window-programs N]
+        [--iterations 2] [--arrivals A] [--memory-pressure P] [--warmup-seconds S]
+        [--window-programs N]
     python -m bench.studies.fixed_load run --workload W --knee K --name NAME
         [--knee-source TEXT] [--policies defaults,pfcfs,...] [--fractions 0.7,0.85,0.95]
         [--seeds 0,1,2] [--arrivals A] [--memory-pressure P] [--out bench/results/fixed_load]
         [--reuse OLD.runs.json]
     python -m bench.studies.fixed_load report --runs bench/results/fixed_load/NAME.runs.json
 
+`knee` prints the highest steady rate of `--policy` (default `optimized`) on `--seed` (0).
+`run` simulates every (seed, fraction, policy) and saves each run as it ends in
+`NAME.runs.json` (with the command, commit and settings), then writes the report `NAME.md`
+beside it and the study's rows for bench/REPORT.md
+(`bench/results/report/fixed_load_NAME.json`). `report` rewrites both from a saved runs file.
 `run --reuse OLD.runs.json` takes the runs an earlier study with the same settings has (to
 add a policy without simulating the others again; the saved file may be the one rewritten).
-`knee` prints the highest steady rate of `--policy` (default `optimized`) on `--seed` (0). `run` simulates every
-(seed, fraction, policy) and saves each run as it ends in `NAME.runs.json` (with the command,
-commit and settings), then writes the report `NAME.md` beside it and the study's rows for
-bench/REPORT.md (`bench/results/report/fixed_load_NAME.json`). `report` rewrites both from a
-saved runs file. Simulated A100-80GB + Llama-3.1-8B unless `--preset`/`--model` say.
+Simulated A100-80GB + Llama-3.1-8B unless `--preset`/`--model` say.
 """
 
 from __future__ import annotations

@@ -39,7 +39,8 @@ def run(seed, fraction, policy, mean, verdict="steady", growth=0.01, warm=True, 
 # ----- config and the flat check ---------------------------------------------------------------
 @pytest.mark.parametrize("fields, name", [
     (dict(knee=0.0), "knee"), (dict(knee=math.inf), "knee"),
-    (dict(knee=1.0, fractions=()), "fractions"), (dict(knee=1.0, fractions=(0.5, 1.2)), "fractions"),
+    (dict(knee=1.0, fractions=()), "fractions"),
+    (dict(knee=1.0, fractions=(0.5, 1.2)), "fractions"),
     (dict(knee=1.0, seeds=()), "seeds"), (dict(knee=1.0, seeds=(1, 1)), "seeds"),
     (dict(knee=1.0, flat_growth=0.0), "flat_growth")])
 def test_config_rejects_bad_fields_by_name(fields, name):
@@ -180,21 +181,24 @@ def test_comparisons_are_paired_over_seeds_both_ran_steady(runs):
     assert tie.verdict == "tie" and tie.ratio.mean == pytest.approx(1.0)
     summary = verdict_summary(runs, "defaults")
     assert "| optimized | 6 | 9 | 3 | 0 |" in summary
-    assert "- all, 0.95 x knee, mean normalized latency (s/token): 1.2 [1.2, 1.2] against optimized" in summary
+    assert ("- all, 0.95 x knee, mean normalized latency (s/token): 1.2 [1.2, 1.2] against "
+            "optimized") in summary
     assert "**1.2 [1.2, 1.2] loses**" in comparison_table(runs, "defaults", ALL)
 
 
 def test_backlog_table_marks_growth_warm_up_and_flat_runs(runs):
     table = backlog_table(runs)
     assert "| 0.95 | defaults | s0: +0.000, s1: +0.050, s2: +0.000 | 3/3 |" in table
-    assert "| 0.95 | optimized | s0: +0.010, s1: +0.010, s2: +0.300 (backlog grows) | 2/3 |" in table
+    assert ("| 0.95 | optimized | s0: +0.010, s1: +0.010, s2: +0.300 (backlog grows) | 2/3 |"
+            in table)
     assert "| 0.7 | optimized | s0: +0.150, s1: +0.010, s2: +0.010 | 2/3 |" in table
     text = markdown(runs, ["defaults"], "# head")
     assert text.startswith("# head\n") and "## Figures, class lats" in text
 
 
 def test_study_report_writes_the_markdown_and_the_report_rows(runs, tmp_path, monkeypatch):
-    saved = {"name": "unit", "workload": "mixed", "command": "python -m bench.studies.fixed_load run x",
+    saved = {"name": "unit", "workload": "mixed",
+             "command": "python -m bench.studies.fixed_load run x",
              "commit": "abc1234", "date": "2026-12-06", "knee": 2.0, "knee_source": "a test",
              "preset": "a100-80g", "model": "llama-3.1-8b", "arrivals": "poisson",
              "memory_pressure": 1.0, "policies": ["defaults", "optimized"],
