@@ -1,6 +1,7 @@
 """Reports of a fixed-load comparison (`bench.analysis.fixed_load`): the backlog check of
-every run, each policy's figures per class with their 95% intervals over seeds, and the
-default against every baseline, paired by seed (`bench.analysis.seed_stats`).
+every run, each policy's figures per class with their 95% intervals over seeds, and each
+compared policy (`markdown`'s `ours`) against every other, paired by seed
+(`bench.analysis.seed_stats`).
 
 A figure is given over the seeds whose run was flat (`FixedRun.flat`: steady, the backlog
 flat, the warm-up long enough); a cell names the seeds that were not and why ("seed 2: not
@@ -22,10 +23,6 @@ FIGURES = (("mean", "mean normalized latency (s/token)"),
 
 def _ordered(values: Sequence) -> list:
     return list(dict.fromkeys(values))
-
-
-def _fmt(value: float) -> str:
-    return f"{value:.4g}"
 
 
 @dataclass(frozen=True)
