@@ -25,23 +25,24 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import re
 import shlex
 import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
 
-from bench.analysis.fixed_load import (ALL, FRACTIONS, SEEDS, FixedLoadConfig, FixedRun,
-                                       default_steady, find_knee, run_fixed_load)
+from bench.analysis.fixed_load import (ALL, FLAT_GROWTH, FRACTIONS, SEEDS, FixedLoadConfig,
+                                       FixedRun, default_steady, find_knee, run_fixed_load)
 from bench.analysis.fixed_load_report import FIGURES, FixedLoadRuns, markdown
 from bench.analysis.steady_state import SteadyConfig
-from bench.report.records import ReportRow, ReportStudy, current_commit, write_study
+from bench.report.records import (DEFAULT_FOLDER, NAME, ReportRow, ReportStudy,
+                                  current_commit, write_study)
 from bench.sim.arrivals import parse_arrivals
 from bench.sim.baselines import BASELINES, BLOCK_SIZE, DEFAULTS
 from bench.sim.cost_model import GPU_PRESETS, MODEL_PRESETS
 from bench.sim.memory_pressure import kv_block_overrides, parse_memory_pressure
 from bench.sim.workloads import WORKLOADS
+from server.config_flags import name_list, positive_float
 
 REPO = Path(__file__).resolve().parents[2]
 POLICIES = (DEFAULTS, "pfcfs", "mlfq", "atlas", "optimized", "optimized-mem", "vllm06")
@@ -49,7 +50,6 @@ POLICIES = (DEFAULTS, "pfcfs", "mlfq", "atlas", "optimized", "optimized-mem", "v
 # (`gittins`: the default policy with the baselines' common settings).
 OURS = (DEFAULTS, "gittins")
 DEFAULT_OUT = Path("bench/results/fixed_load")
-REPORT_FOLDER = Path("bench/results/report")
 NOTES = "bench/notes/2026-12-06-fixed-load.md"
 
 
@@ -68,18 +68,13 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def _name(text: str) -> str:
-    if not re.fullmatch(r"[a-z0-9_]+", text):
+    if not NAME.fullmatch(text):
         raise argparse.ArgumentTypeError(f"name: expected [a-z0-9_]+, got {text!r}")
     return text
 
 
 def _policies(text: str) -> tuple[str, ...]:
-    names = tuple(v.strip() for v in text.split(",") if v.strip())
-    unknown = [n for n in names if n not in (*BASELINES, DEFAULTS)]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(
-            f"policies: unknown {unknown or 'none given'}; one of {[DEFAULTS, *BASELINES]}")
-    return names
+    return tuple(name_list(text, (DEFAULTS, *BASELINES), "policies"))
 
 
 def _checked(parse, text: str):
@@ -190,7 +185,7 @@ def report_rows(saved: dict[str, Any], runs: FixedLoadRuns,
                 ours: Sequence[str]) -> list[ReportRow]:
     """The study's REPORT rows: every policy's figures over all programs at every load, and
     each of `ours` / every other policy, paired by seed, with its verdict (none when no run
-    was steady)."""
+    was flat)."""
     rows = []
     labels = dict(FIGURES)
     for fraction in runs.fractions:
@@ -231,7 +226,7 @@ def _write_outputs(path: Path) -> None:
         command=saved["command"], commit=saved["commit"], date=saved["date"],
         machine=f"simulated {saved['preset']} + {saved['model']}", notes=NOTES,
         rows=tuple(rows))
-    print(f"wrote {md} and {write_study(study, REPO / REPORT_FOLDER)}")
+    print(f"wrote {md} and {write_study(study, REPO / DEFAULT_FOLDER)}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -241,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     knee = sub.add_parser("knee", help="the highest steady rate of a policy on one seed")
     _add_load_arguments(knee)
     knee.add_argument("--policy", choices=[DEFAULTS, *BASELINES], default="optimized")
-    knee.add_argument("--start-rate", type=float, default=1.0)
+    knee.add_argument("--start-rate", type=positive_float, default=1.0)
     knee.add_argument("--iterations", type=int, default=2)
     knee.add_argument("--seed", type=int, default=0)
     run = sub.add_parser("run", help="every policy at fractions of the knee on every seed")
@@ -253,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--policies", type=_policies, default=POLICIES)
     run.add_argument("--fractions", type=_floats, default=FRACTIONS)
     run.add_argument("--seeds", type=_ints, default=SEEDS)
-    run.add_argument("--flat-growth", type=float, default=0.1)
+    run.add_argument("--flat-growth", type=float, default=FLAT_GROWTH)
     run.add_argument("--out", default=str(DEFAULT_OUT))
     run.add_argument("--reuse", default=None, metavar="RUNS_JSON",
                      help="take the runs this saved study (same settings) already has "
