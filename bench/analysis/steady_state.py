@@ -17,8 +17,10 @@ bounds. Here (DESIGN.md, "Measuring at steady state"):
   programs at rate r). Seconds compare setups of different capacities (1 against 8 replicas)
   on equal terms: near capacity a system needs a warm-up of several program lifetimes (a
   time, not a count), and a warm-up fixed in programs is shorter in seconds at a higher rate.
-- Early stop: the run ends once every measured program has finished (`bench.sim.simulate.
-  EarlyStop`); the programs still running then are cut. Until then arrivals continue, so the
+- Early stop: the run ends once every measured program has finished and the clock has
+  reached the window's end (`bench.sim.simulate.EarlyStop`; without the second condition a
+  light load whose last measured program finishes before the next arrival would stop with
+  no backlog growth to judge); the programs still running then are cut. Until then arrivals continue, so the
   measured programs run under steady load, and their times are exactly those of a run to the
   end of the trace. The tail is long (4 windows by default) since it costs only its
   generation when the point drains.
@@ -312,7 +314,8 @@ def steady_run(workload: str, base: Trace, seed: int, policy: str, rate: float,
     window = config.window(rate)
     watch = BacklogWatch(window, len(measured), config.max_in_system(rate),
                          config.max_backlog_growth)
-    stop = EarlyStop(measured, deadline=max(p.arrival for p in trace.programs), watch=watch)
+    stop = EarlyStop(measured, deadline=max(p.arrival for p in trace.programs), watch=watch,
+                     not_before=window.end)
     result = simulate_trace(trace, policy, preset, model, multi or {}, stop, engine_overrides)
     finished = [p for p in result.programs if p.program_id in measured]
     verdict = judge(len(finished), len(measured), watch.tripped)

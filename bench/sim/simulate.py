@@ -167,22 +167,26 @@ class PromptMaker:
 @dataclass(frozen=True)
 class EarlyStop:
     """When a run may end before every program has finished: as soon as every program in
-    `programs` (ids) has finished, as soon as the clock has passed `deadline` (virtual
-    seconds), or as soon as `watch(now, in_system)` returns True, whichever comes first. The
-    driver calls `watch` before each round (an event handled or a step run) with the time and
-    the number of programs started and not finished. Calls still in flight at the stop are
+    `programs` (ids) has finished and the clock has reached `not_before` (virtual seconds),
+    as soon as the clock has passed `deadline`, or as soon as `watch(now, in_system)` returns
+    True, whichever comes first. The driver calls `watch` before each round (an event handled
+    or a step run, the round that stops included) with the time and the number of programs
+    started and not finished. Calls still in flight at the stop are
     left where they are: their programs are not in the result, and the run's counters (steps,
     tokens, preemptions) cover the run up to the stop."""
 
     programs: frozenset[str]
     deadline: float = math.inf
     watch: Callable[[float, int], bool] | None = None
+    not_before: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.programs:
             raise ValueError("programs: must not be empty")
         if math.isnan(self.deadline):
             raise ValueError("deadline: must be a number")
+        if math.isnan(self.not_before):
+            raise ValueError("not_before: must be a number")
 
 
 @dataclass
@@ -356,12 +360,14 @@ class Driver:
         self.stop_waits_for = set(stop.programs) if stop is not None else set()
 
     def _stop_due(self, now: float) -> bool:
-        """A stop is armed and due at `now`: its programs have all finished, `now` is past
-        its deadline or its watcher says so."""
+        """A stop is armed and due at `now`: its watcher says so (asked first, every round),
+        `now` is past its deadline, or its programs have all finished and `now` has reached
+        its `not_before`."""
         stop = self.stop
         return stop is not None and (
-            not self.stop_waits_for or now > stop.deadline
-            or (stop.watch is not None and stop.watch(now, self.in_system)))
+            (stop.watch is not None and stop.watch(now, self.in_system))
+            or now > stop.deadline
+            or (not self.stop_waits_for and now >= stop.not_before))
 
     def _step(self, engine: LLMEngine, clock: VirtualClock) -> bool:
         """One `engine.step()`: record first tokens and token gaps, hand finished calls to
