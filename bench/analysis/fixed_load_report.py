@@ -103,23 +103,30 @@ def _uncounted_note(runs: FixedLoadRuns, fraction: float, policy: str) -> str:
     return "".join(f"; {n}" for n in notes)
 
 
+def backlog_cells(runs: FixedLoadRuns, fraction: float, policy: str) -> tuple[list[str], int]:
+    """Each seed's backlog growth at (`fraction`, `policy`) as `s0: +0.024`, with "!" after a
+    run whose warm-up was shorter than twice its time in system and its verdict when not
+    steady; and how many of the runs were flat."""
+    cells, flat = [], 0
+    for seed in runs.seeds:
+        run = runs.run(fraction, policy, seed)
+        if run is None:
+            cells.append(f"s{seed}: not run")
+            continue
+        flat += run.flat
+        mark = "" if run.warm_enough else "!"
+        state = "" if run.verdict == "steady" else f" ({run.verdict})"
+        cells.append(f"s{seed}: {run.backlog_growth:+.3f}{mark}{state}")
+    return cells, flat
+
+
 def backlog_table(runs: FixedLoadRuns) -> str:
-    """One row per (load, policy): each seed's backlog growth (a fraction of the window's
-    programs), "!" after a run whose warm-up was shorter than twice its time in system, and
-    how many of the seeds' runs were flat."""
+    """One row per (load, policy): `backlog_cells` (growth as a fraction of the window's
+    programs) and the count of flat runs."""
     lines = ["| load | policy | backlog growth per seed | flat runs |", "| --- | --- | --- | --- |"]
     for fraction in runs.fractions:
         for policy in runs.policies:
-            cells, flat = [], 0
-            for seed in runs.seeds:
-                run = runs.run(fraction, policy, seed)
-                if run is None:
-                    cells.append(f"s{seed}: not run")
-                    continue
-                flat += run.flat
-                mark = "" if run.warm_enough else "!"
-                state = "" if run.verdict == "steady" else f" ({run.verdict})"
-                cells.append(f"s{seed}: {run.backlog_growth:+.3f}{mark}{state}")
+            cells, flat = backlog_cells(runs, fraction, policy)
             lines.append(f"| {fraction:g} | {policy} | {', '.join(cells)} | "
                          f"{flat}/{len(runs.seeds)} |")
     return "\n".join(lines)

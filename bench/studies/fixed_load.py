@@ -33,7 +33,7 @@ from typing import Any, Sequence
 
 from bench.analysis.fixed_load import (ALL, FLAT_GROWTH, FRACTIONS, SEEDS, FixedLoadConfig,
                                        FixedRun, default_steady, find_knee, run_fixed_load)
-from bench.analysis.fixed_load_report import FIGURES, FixedLoadRuns, markdown
+from bench.analysis.fixed_load_report import FIGURES, FixedLoadRuns, backlog_cells, markdown
 from bench.analysis.steady_state import SteadyConfig
 from bench.report.records import (DEFAULT_FOLDER, NAME, ReportRow, ReportStudy,
                                   current_commit, write_study)
@@ -183,13 +183,17 @@ def _header(saved: dict[str, Any]) -> str:
 
 def report_rows(saved: dict[str, Any], runs: FixedLoadRuns,
                 ours: Sequence[str]) -> list[ReportRow]:
-    """The study's REPORT rows: every policy's figures over all programs at every load, and
-    each of `ours` / every other policy, paired by seed, with its verdict (none when no run
-    was flat)."""
+    """The study's REPORT rows: every policy's flat runs (each seed's backlog growth in the
+    note) and figures over all programs at every load, and each of `ours` / every other
+    policy, paired by seed, with its verdict (none when no run was flat)."""
     rows = []
     labels = dict(FIGURES)
     for fraction in runs.fractions:
         for policy in runs.policies:
+            cells, flat = backlog_cells(runs, fraction, policy)
+            rows.append(ReportRow(f"{fraction:g}.{policy}.flat_runs", saved["workload"], policy,
+                                  f"flat runs of {len(runs.seeds)} seeds at {fraction:g} x knee",
+                                  flat, note=f"backlog growth per seed: {', '.join(cells)}"))
             for name, label in FIGURES:
                 value = runs.figure(fraction, policy, ALL, name)
                 if value is None:
@@ -218,9 +222,6 @@ def _write_outputs(path: Path) -> None:
     ours = [p for p in OURS if p in table.policies] or table.policies[:1]
     md.write_text(markdown(table, ours, _header(saved)))
     rows = report_rows(saved, table, ours)
-    if not rows:
-        print(f"wrote {md}; no run was flat, so no REPORT rows")
-        return
     study = ReportStudy(
         name=f"fixed_load_{saved['name']}", title=f"Fixed load: {saved['name']}",
         command=saved["command"], commit=saved["commit"], date=saved["date"],

@@ -218,7 +218,10 @@ def test_study_report_writes_the_markdown_and_the_report_rows(runs, tmp_path, mo
     assert rows["0.7.defaults-vs-optimized.mean"].value == pytest.approx(0.9)
     assert rows["0.7.defaults-vs-optimized.mean"].note == "wins, 2 seeds"
     assert rows["0.95.optimized.mean"].note == "2 seeds"
-    assert len(found.rows) == 2 * 2 * 3 + 2 * 3  # figures, then the comparisons
+    assert rows["0.95.optimized.flat_runs"].value == 2
+    assert rows["0.95.optimized.flat_runs"].note == \
+        "backlog growth per seed: s0: +0.010, s1: +0.010, s2: +0.300 (backlog grows)"
+    assert len(found.rows) == 2 * 2 * 4 + 2 * 3  # flat runs and figures, then comparisons
 
 
 @pytest.mark.parametrize("argv, message", [
