@@ -20,10 +20,10 @@ bounds. Here (DESIGN.md, "Measuring at steady state"):
 - Early stop: the run ends once every measured program has finished and the clock has
   reached the window's end (`bench.sim.simulate.EarlyStop`; without the second condition a
   light load whose last measured program finishes before the next arrival would stop with
-  no backlog growth to judge); the programs still running then are cut. Until then arrivals continue, so the
-  measured programs run under steady load, and their times are exactly those of a run to the
-  end of the trace. The tail is long (4 windows by default) since it costs only its
-  generation when the point drains.
+  no backlog growth to judge); the programs still running then are cut. Until then
+  arrivals continue, so the measured programs run under steady load, and their times are
+  exactly those of a run to the end of the trace. The tail is long (4 windows by default)
+  since it costs only its generation when the point drains.
 - Overload: a point is overloaded (`Verdict`) when
   (a) its backlog grows (`BacklogWatch`, checked while the run goes on, which stops it there):
   the number of programs in the system (arrived, not finished) grows over the window by more

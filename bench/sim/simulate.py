@@ -171,9 +171,9 @@ class EarlyStop:
     as soon as the clock has passed `deadline`, or as soon as `watch(now, in_system)` returns
     True, whichever comes first. The driver calls `watch` before each round (an event handled
     or a step run, the round that stops included) with the time and the number of programs
-    started and not finished. Calls still in flight at the stop are
-    left where they are: their programs are not in the result, and the run's counters (steps,
-    tokens, preemptions) cover the run up to the stop."""
+    started and not finished. Calls still in flight at the stop are left where they are:
+    their programs are not in the result, and the run's counters (steps, tokens,
+    preemptions) cover the run up to the stop."""
 
     programs: frozenset[str]
     deadline: float = math.inf
