@@ -17,7 +17,11 @@ beside it and the study's rows for bench/REPORT.md
 (`bench/results/report/fixed_load_NAME.json`). `report` rewrites both from a saved runs file.
 `run --reuse OLD.runs.json` takes the runs an earlier study with the same settings has (to
 add a policy without simulating the others again; the saved file may be the one rewritten).
-Simulated A100-80GB + Llama-3.1-8B unless `--preset`/`--model` say.
+Simulated A100-80GB + Llama-3.1-8B unless `--preset`/`--model` say. Workloads whose programs
+last minutes (`coding_swe`, `mapreduce`) need a warm-up of at least twice their time in system
+and a long tail (`--warmup-seconds 1000`/`2000 --tail-seconds 5000`: with the default 600 s
+tail most of their runs end "did not drain"); on-off bursts need a window of many cycles
+(`--window-programs 1000`).
 """
 
 from __future__ import annotations
