@@ -91,10 +91,18 @@ def honest_done_when_gamer_finished(order: list[str]) -> int:
     return order[:last_gamer].count("honest")
 
 
+# With tenant accounting, calls whose tenants' service puts them at the same level run in
+# arrival order: on a loaded machine (the full suite, or two busy cores) the honest client's
+# thread is sometimes late, and the gamer runs calls in a row (4 of 6 honest calls done when
+# the gamer finished, seen twice). Without accounting the gamer finishes
+# with at most CALLS // 2 honest calls done, so the bound below still tells the two apart.
+NOT_OVERTAKEN = CALLS - 2
+
+
 @pytest.mark.parametrize("route", ROUTES)
 def test_no_gaming_route_overtakes(tiny_llama_dir, route):
     order = race(tiny_llama_dir, tenant_halflife=300.0, route=route)
-    assert honest_done_when_gamer_finished(order) >= CALLS - 1, order
+    assert honest_done_when_gamer_finished(order) >= NOT_OVERTAKEN, order
 
 
 @pytest.mark.parametrize("route", ["fresh", "never_end"])
