@@ -3,14 +3,17 @@ intervals (issue 39, items 2 and 4; the method: `bench.analysis.fixed_load`).
 
     python -m bench.studies.fixed_load knee --workload W [--policy optimized] [--start-rate R]
         [--iterations 2] [--arrivals A] [--memory-pressure P] [--warmup-seconds S]
-        [--window-programs N]
+        [--window-programs N] [--record NAME]
     python -m bench.studies.fixed_load run --workload W --knee K --name NAME
         [--knee-source TEXT] [--policies defaults,pfcfs,...] [--fractions 0.7,0.85,0.95]
         [--seeds 0,1,2] [--arrivals A] [--memory-pressure P] [--out bench/results/fixed_load]
         [--reuse OLD.runs.json]
     python -m bench.studies.fixed_load report --runs bench/results/fixed_load/NAME.runs.json
 
-`knee` prints the highest steady rate of `--policy` (default `optimized`) on `--seed` (0).
+`knee` prints the highest steady rate of `--policy` (default `optimized`) on `--seed` (0);
+`--record NAME` also writes it as the policy's row of the REPORT record
+`fixed_load_knees_NAME` (one record per set of searches differing only in policy and start
+rate: `bench.analysis.knee_record`).
 `run` simulates every (seed, fraction, policy) and saves each run as it ends in
 `NAME.runs.json` (with the command, commit and settings), then writes the report `NAME.md`
 beside it and the study's rows for bench/REPORT.md
@@ -38,9 +41,10 @@ from typing import Any, Sequence
 from bench.analysis.fixed_load import (ALL, FLAT_GROWTH, FRACTIONS, SEEDS, FixedLoadConfig,
                                        FixedRun, default_steady, find_knee, run_fixed_load)
 from bench.analysis.fixed_load_report import FIGURES, FixedLoadRuns, backlog_cells, markdown
+from bench.analysis.knee_record import knee_row, merged_record, record_command
 from bench.analysis.steady_state import SteadyConfig
 from bench.report.records import (DEFAULT_FOLDER, NAME, ReportRow, ReportStudy,
-                                  current_commit, write_study)
+                                  current_commit, study_from_json, write_study)
 from bench.sim.arrivals import parse_arrivals
 from bench.sim.baselines import BASELINES, BLOCK_SIZE, DEFAULTS
 from bench.sim.cost_model import GPU_PRESETS, MODEL_PRESETS
@@ -111,7 +115,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     return kv_block_overrides(args.memory_pressure, args.preset, args.model, BLOCK_SIZE)
 
 
-def _knee(args: argparse.Namespace) -> None:
+def _knee(args: argparse.Namespace, argv: Sequence[str]) -> None:
     knee, points = find_knee(args.workload, _steady(args), args.start_rate, args.iterations,
                              args.seed, args.arrivals, args.preset, args.model,
                              _overrides(args) or None, args.policy)
@@ -119,6 +123,20 @@ def _knee(args: argparse.Namespace) -> None:
         state = "overloaded" if p.overloaded else f"steady, mean {p.mean_norm_latency:.4f}"
         print(f"rate {p.rate:.4g}: {state} ({p.sim_wall_seconds:.0f} s)")
     print(f"knee: {knee if knee is None else f'{knee:.4g}'} programs/s")
+    if args.record is None:
+        return
+    if knee is None:
+        raise SystemExit(f"fixed_load: no steady rate found, --record {args.record} unchanged")
+    name = f"fixed_load_knees_{args.record}"
+    path = REPO / DEFAULT_FOLDER / f"{name}.json"
+    existing = study_from_json(json.loads(path.read_text())) if path.exists() else None
+    row = knee_row(args.workload, args.policy, args.seed, args.start_rate, knee, points,
+                   current_commit(REPO))
+    study = merged_record(existing, row, name=name, title=f"Knees: {args.record}",
+                          command=record_command(argv), date=datetime.date.today().isoformat(),
+                          machine=f"simulated {args.preset} + {args.model}, one engine "
+                                  f"(virtual time)", notes=NOTES)
+    print(f"wrote {write_study(study, REPO / DEFAULT_FOLDER)}")
 
 
 def _run(args: argparse.Namespace, argv: Sequence[str]) -> None:
@@ -244,6 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
     knee.add_argument("--start-rate", type=positive_float, default=1.0)
     knee.add_argument("--iterations", type=int, default=2)
     knee.add_argument("--seed", type=int, default=0)
+    knee.add_argument("--record", type=_name, default=None, metavar="NAME",
+                      help="add the knee as policy's row of the REPORT record "
+                           "fixed_load_knees_NAME (made if absent)")
     run = sub.add_parser("run", help="every policy at fractions of the knee on every seed")
     _add_load_arguments(run)
     run.add_argument("--knee", type=float, required=True, help="programs/s")
@@ -268,7 +289,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "knee":
-            _knee(args)
+            _knee(args, argv)
         elif args.command == "run":
             _run(args, argv)
         else:
