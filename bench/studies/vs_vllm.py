@@ -23,21 +23,27 @@ Peak RSS and PSS: the engine's process with its children (vLLM runs three), summ
 (`bench.support.tree_memory`; a server from ready to the end). Repeats alternate which engine
 goes first; each prints agentix / vllm in tokens/s, then the ratios' min / median / max. With
 no vLLM to be had (no `--vllm-python`, no venv, no network) the study says why and runs Agentix
-alone.
+alone. `--record NAME` writes the figures as the REPORT record NAME
+(`bench.studies.vs_vllm_record`; both engines must run).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
+import shlex
 import statistics
+import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from bench.report.records import DEFAULT_FOLDER, NAME, current_commit, write_study
 from bench.sim.metrics import percentile
 from bench.sim.sharegpt import Request
+from bench.studies.vs_vllm_record import record_rows, vs_vllm_study
 from bench.support.measure import run_in_subprocess
 from bench.support.repeats import alternate, spread_text
 
@@ -85,6 +91,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="never install vllm (without one: Agentix alone)")
     parser.add_argument("--vllm-enforce-eager", action="store_true",
                         help="vLLM without torch.compile and CUDA graphs")
+    parser.add_argument("--record", metavar="NAME", type=_record_name,
+                        help="write the figures as the REPORT record NAME "
+                             "(bench/results/report/NAME.json; needs vLLM)")
     args = parser.parse_args(argv)
     for name in ("num", "repeats", "threads", "max_num_seqs"):
         if getattr(args, name) < 1:
@@ -95,6 +104,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.kv_cache_gb <= 0:
         parser.error(f"--kv-cache-gb: must be > 0, got {args.kv_cache_gb}")
     return args
+
+
+def _record_name(text: str) -> str:
+    if not NAME.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"expected [a-z0-9_]+, got {text!r}")
+    return text
 
 
 def vllm_env(setup: Setup, cores: Sequence[int]) -> dict[str, str]:
@@ -190,8 +205,8 @@ def served(engine: str, setup: Setup, requests: Sequence[Request]) -> Run:
     return {**run, **peak.figures()}
 
 
-def _find_vllm(args: argparse.Namespace, cuda: bool) -> str | None:
-    """The vllm interpreter, or None after printing why there is none."""
+def _find_vllm(args: argparse.Namespace, cuda: bool) -> tuple[str, str] | None:
+    """(the vllm interpreter, vllm's version), or None after printing why there is none."""
     from bench.support.vllm_venv import VllmUnavailable, resolve_vllm_python
 
     try:
@@ -201,10 +216,33 @@ def _find_vllm(args: argparse.Namespace, cuda: bool) -> str | None:
         print(f"vllm: unavailable ({exc}); running Agentix alone")
         return None
     print(f"vllm {version}: {python}")
-    return str(python)
+    return str(python), version
+
+
+def _write_record(args: argparse.Namespace, argv: Sequence[str], setup: Setup,
+                  requests: Sequence[Request], vllm_version: str,
+                  done: Sequence[dict[str, Run]], identical: int | None) -> None:
+    """The run's REPORT record `args.record` (`bench.studies.vs_vllm_record`)."""
+    import torch
+
+    from bench.support.cpu_model import cpu_model
+
+    door = "served" if args.serve else "offline"
+    workload = (f"sharegpt-{len(requests)} {door} (seed {args.seed}, "
+                f"{sum(o for _, o in requests):,} output tokens, all at once), "
+                f"SmolLM2-135M {setup.dtype}")
+    where = torch.cuda.get_device_name(0) if setup.device == "cuda" else cpu_model()
+    machine = (f"{where}; both engines {setup.threads} threads, {setup.kv_cache_gb:g} GiB of "
+               f"KV, prefix caching off")
+    rows = record_rows(done, workload, vllm_version, identical)
+    study = vs_vllm_study(args.record, ".venv/bin/python -m bench.studies.vs_vllm "
+                          + shlex.join(argv), current_commit(REPO_ROOT),
+                          datetime.date.today().isoformat(), machine, args.serve, rows)
+    print(f"wrote {write_study(study, REPO_ROOT / DEFAULT_FOLDER)}")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     import torch
     from transformers import AutoTokenizer
@@ -216,9 +254,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     model_dir = str(ensure_smollm2_dir())
     requests = sample_requests(AutoTokenizer.from_pretrained(model_dir), args.num, args.seed,
                                args.max_prompt_tokens, args.max_output_tokens)
+    found = _find_vllm(args, cuda)
+    if found is None and args.record:
+        raise SystemExit(f"vs_vllm: --record {args.record} needs vLLM, which is unavailable")
     setup = Setup(model_dir, "cuda" if cuda else "cpu", args.dtype, args.threads,
                   args.max_num_seqs, args.kv_cache_gb, args.vllm_enforce_eager,
-                  _find_vllm(args, cuda))
+                  found and found[0])
     print(describe(requests))
     print(f"{'served' if args.serve else 'offline'}; {setup}; prefix caching off on both")
     run = served if args.serve else offline
@@ -232,9 +273,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     if len(engines) < 2:
         return
     print(f"\nagentix / vllm, tokens/s, per repeat: {spread_text(ratios(done))}")
+    same = None
     if not args.serve:
         same = identical_count(done[0]["agentix"]["token_ids"], done[0]["vllm"]["token_ids"])
         print(f"identical greedy token ids: {same} of {len(requests)} requests")
+    if args.record:
+        _write_record(args, argv, setup, requests, found[1], done, same)
 
 
 if __name__ == "__main__":

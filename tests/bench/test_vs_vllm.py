@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+from bench.report.records import load_studies
 from bench.sim.baselines import PLAIN
 from bench.studies import vs_vllm
 from bench.studies.vs_vllm import Setup
@@ -98,7 +99,8 @@ def scripted(monkeypatch):
 
     monkeypatch.setattr(vs_vllm, "offline", run)
     monkeypatch.setattr(vs_vllm, "served", run)
-    monkeypatch.setattr(vs_vllm, "_find_vllm", lambda args, cuda: args.vllm_python)
+    monkeypatch.setattr(vs_vllm, "_find_vllm",
+                        lambda args, cuda: args.vllm_python and (args.vllm_python, "0.32.0"))
     monkeypatch.setattr(smollm2, "ensure_smollm2_dir", lambda: "/nowhere")
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda path: None)
     monkeypatch.setattr(sharegpt, "sample_requests", lambda *a: [([7], 2), ([8], 2)])
@@ -124,3 +126,46 @@ def test_without_vllm_agentix_runs_alone(scripted, capsys):
     vs_vllm.main(["--repeats", "2", "--device", "cpu"])
     assert scripted == ["agentix", "agentix"]
     assert "agentix / vllm" not in capsys.readouterr().out
+
+
+def test_record_writes_the_ratios_speeds_and_agreement_as_a_report_record(scripted, tmp_path,
+                                                                         monkeypatch):
+    monkeypatch.setattr(vs_vllm, "REPO_ROOT", tmp_path)
+    monkeypatch.setattr(vs_vllm, "current_commit", lambda root: "c0ffee0")
+    argv = ["--repeats", "2", "--vllm-python", "/v/python", "--device", "cpu", "--record", "vs_x"]
+    vs_vllm.main(argv)
+    study = load_studies(tmp_path / "bench/results/report")[0]
+    assert (study.name, study.commit) == ("vs_x", "c0ffee0")
+    assert study.command == ".venv/bin/python -m bench.studies.vs_vllm " + " ".join(argv)
+    assert study.title == "Agentix vs vLLM, offline (issue 40)"
+    assert "both engines 2 threads, 2.5 GiB of KV, prefix caching off" in study.machine
+    rows = {row.key: row for row in study.rows}
+    assert rows["ratio.median"].value == 1.125
+    assert rows["ratio.median"].note == "min 1.00x / max 1.25x; the issue's 1.2x is missed"
+    assert [rows[f"ratio.repeat{i}"].value for i in (0, 1)] == [1.25, 1.0]
+    assert [rows[f"tokens_per_s.vllm.repeat{i}"].value for i in (0, 1)] == [80.0, 100.0]
+    assert rows["tokens_per_s.vllm.repeat0"].figure == "vLLM 0.32.0 output tokens/s, repeat 0"
+    assert rows["ttft_p50.agentix.median"].value == 0.15
+    assert rows["peak_rss_mb.vllm.median"].value == 10
+    assert rows["identical_greedy"].value == 1
+    assert rows["ratio.median"].workload == (
+        "sharegpt-2 offline (seed 0, 4 output tokens, all at once), SmolLM2-135M float32")
+
+
+def test_a_served_record_has_no_agreement_row(scripted, tmp_path, monkeypatch):
+    monkeypatch.setattr(vs_vllm, "REPO_ROOT", tmp_path)
+    vs_vllm.main(["--repeats", "1", "--serve", "--vllm-python", "/v/python", "--device", "cpu",
+                  "--record", "vs_y"])
+    study = load_studies(tmp_path / "bench/results/report")[0]
+    assert study.title == "Agentix vs vLLM, through each engine's OpenAI door (issue 40)"
+    assert "identical_greedy" not in {row.key for row in study.rows}
+    assert study.rows[0].note == "min 1.25x / max 1.25x; the issue's 1.2x is met"
+
+
+def test_record_needs_vllm_and_a_plain_name(scripted, capsys):
+    with pytest.raises(SystemExit, match="--record vs_z needs vLLM"):
+        vs_vllm.main(["--repeats", "1", "--device", "cpu", "--record", "vs_z"])
+    assert scripted == []
+    with pytest.raises(SystemExit):
+        vs_vllm.parse_args(["--record", "Bad-Name"])
+    assert "--record: expected [a-z0-9_]+, got 'Bad-Name'" in capsys.readouterr().err

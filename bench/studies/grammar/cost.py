@@ -64,6 +64,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from bench.support.cpu_model import cpu_model
+
 TOOL_SCHEMA = {
     "type": "object",
     "properties": {
@@ -392,15 +394,7 @@ def run_one(spec: str, cfg: Config, timeout: float) -> dict:
 
 
 def machine() -> dict:
-    model = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": f"{os.cpu_count()}-core {model}", "loadavg_start": os.getloadavg()}
+    return {"cpu": cpu_model(), "loadavg_start": os.getloadavg()}
 
 
 def versions() -> dict:
