@@ -38,9 +38,9 @@ def record_command(argv: Sequence[str]) -> str:
 
 def knee_row(workload: str, policy: str, seed: int, start_rate: float, knee: float,
              points: Sequence[SweepPoint], commit: str) -> ReportRow:
-    """The row of one search whose highest steady rate was `knee`: its note gives the start
-    rate, the lowest overloaded rate above the knee (the bracket), every rate tried and
-    `commit`."""
+    """The row of one search whose highest steady rate was `knee` (to 4 significant digits,
+    as printed): its note gives the start rate, the lowest overloaded rate above the knee
+    (the bracket), every rate tried and `commit`."""
     if not math.isfinite(knee) or knee <= 0:
         raise ValueError(f"knee: expected a positive rate, got {knee!r}")
     above = [p.rate for p in points if p.overloaded and p.rate > knee]
@@ -49,7 +49,8 @@ def knee_row(workload: str, policy: str, seed: int, start_rate: float, knee: flo
     tried = ", ".join(f"{p.rate:.4g} {'overloaded' if p.overloaded else 'steady'}"
                       for p in points)
     return ReportRow(policy, workload, policy,
-                     f"knee (programs/s): highest steady rate found, seed {seed}", knee,
+                     f"knee (programs/s): highest steady rate found, seed {seed}",
+                     float(f"{knee:.4g}"),
                      note=f"R = {start_rate:g}; steady at {knee:.4g}/s, {bracket}; "
                           f"tried {tried}{COMMIT}{commit}")
 

@@ -33,7 +33,7 @@ def test_record_command_puts_policy_and_start_rate_first_as_stand_ins(argv, expe
 
 
 def test_knee_row_gives_the_knee_its_bracket_every_rate_tried_and_the_commit():
-    row = knee_row("mixed", "optimized", 2, 1.0, 1.189, POINTS, "abc1234")
+    row = knee_row("mixed", "optimized", 2, 1.0, 1.18920711500272, POINTS, "abc1234")
     assert (row.key, row.workload, row.policy, row.value) == ("optimized", "mixed", "optimized",
                                                               1.189)
     assert row.figure == "knee (programs/s): highest steady rate found, seed 2"
