@@ -9,6 +9,7 @@ each row's note says its R, the bracket the search found and the commit it ran a
 from __future__ import annotations
 
 import math
+import shlex
 from typing import Sequence
 
 from bench.analysis.sweep import SweepPoint
@@ -33,7 +34,7 @@ def record_command(argv: Sequence[str]) -> str:
         else:
             words.append(word)
     per_row = [w for name, stand_in in PER_ROW.items() for w in (name, stand_in)]
-    return " ".join([PREFIX, *argv[:1], *per_row, *words])
+    return f"{PREFIX} {shlex.join([*argv[:1], *per_row, *words])}"
 
 
 def knee_row(workload: str, policy: str, seed: int, start_rate: float, knee: float,

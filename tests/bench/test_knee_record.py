@@ -27,6 +27,7 @@ SETTINGS = dict(name="fixed_load_knees_x", title="Knees: x", date="2026-12-06",
      "knee --policy P --start-rate R --workload mixed"),
     (["knee", "--workload", "mixed", "--record", "x"],
      "knee --policy P --start-rate R --workload mixed --record x"),
+    (["knee", "--arrivals", "onoff:a b"], "knee --policy P --start-rate R --arrivals 'onoff:a b'"),
 ])
 def test_record_command_puts_policy_and_start_rate_first_as_stand_ins(argv, expected):
     assert record_command(argv) == f"python -m bench.studies.fixed_load {expected}"
