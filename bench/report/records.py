@@ -13,6 +13,7 @@ from `load_studies`, the file).
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import math
@@ -25,6 +26,14 @@ DEFAULT_FOLDER = Path("bench/results/report")
 KEY = re.compile(r"[a-z0-9_.@-]+")
 NAME = re.compile(r"[a-z0-9_]+")
 NOTES = re.compile(r"bench/notes/[^/\s]+\.md")
+
+
+def record_name(text: str) -> str:
+    """`text` if it can name a study ([a-z0-9_]+); the argparse type of the studies' name
+    options (argparse.ArgumentTypeError otherwise)."""
+    if not NAME.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"expected [a-z0-9_]+, got {text!r}")
+    return text
 
 
 def _text(owner: str, name: str, value: object, *, empty: bool = False) -> None:

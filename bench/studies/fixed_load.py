@@ -43,8 +43,8 @@ from bench.analysis.fixed_load import (ALL, FLAT_GROWTH, FRACTIONS, SEEDS, Fixed
 from bench.analysis.fixed_load_report import FIGURES, FixedLoadRuns, backlog_cells, markdown
 from bench.analysis.knee_record import knee_row, merged_record, record_command
 from bench.analysis.steady_state import SteadyConfig
-from bench.report.records import (DEFAULT_FOLDER, NAME, ReportRow, ReportStudy,
-                                  current_commit, study_from_json, write_study)
+from bench.report.records import (DEFAULT_FOLDER, ReportRow, ReportStudy, current_commit,
+                                  record_name, study_from_json, write_study)
 from bench.sim.arrivals import parse_arrivals
 from bench.sim.baselines import BASELINES, BLOCK_SIZE, DEFAULTS
 from bench.sim.cost_model import GPU_PRESETS, MODEL_PRESETS
@@ -73,12 +73,6 @@ def _ints(text: str) -> tuple[int, ...]:
         return tuple(int(v) for v in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
-
-
-def _name(text: str) -> str:
-    if not NAME.fullmatch(text):
-        raise argparse.ArgumentTypeError(f"name: expected [a-z0-9_]+, got {text!r}")
-    return text
 
 
 def _policies(text: str) -> tuple[str, ...]:
@@ -262,14 +256,14 @@ def build_parser() -> argparse.ArgumentParser:
     knee.add_argument("--start-rate", type=positive_float, default=1.0)
     knee.add_argument("--iterations", type=int, default=2)
     knee.add_argument("--seed", type=int, default=0)
-    knee.add_argument("--record", type=_name, default=None, metavar="NAME",
+    knee.add_argument("--record", type=record_name, default=None, metavar="NAME",
                       help="add the knee as policy's row of the REPORT record "
                            "fixed_load_knees_NAME (made if absent)")
     run = sub.add_parser("run", help="every policy at fractions of the knee on every seed")
     _add_load_arguments(run)
     run.add_argument("--knee", type=float, required=True, help="programs/s")
     run.add_argument("--knee-source", default="given", help="where the knee comes from")
-    run.add_argument("--name", type=_name, required=True,
+    run.add_argument("--name", type=record_name, required=True,
                      help="file stem of the outputs ([a-z0-9_]+)")
     run.add_argument("--policies", type=_policies, default=POLICIES)
     run.add_argument("--fractions", type=_floats, default=FRACTIONS)

@@ -40,10 +40,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from bench.report.records import DEFAULT_FOLDER, NAME, current_commit, write_study
+from bench.report.records import DEFAULT_FOLDER, current_commit, record_name, write_study
 from bench.sim.metrics import percentile
 from bench.sim.sharegpt import Request
-from bench.studies.vs_vllm_record import record_rows, vs_vllm_study
+from bench.studies.vs_vllm_record import ratios, record_rows, vs_vllm_study
 from bench.support.measure import run_in_subprocess
 from bench.support.repeats import alternate, spread_text
 
@@ -91,7 +91,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="never install vllm (without one: Agentix alone)")
     parser.add_argument("--vllm-enforce-eager", action="store_true",
                         help="vLLM without torch.compile and CUDA graphs")
-    parser.add_argument("--record", metavar="NAME", type=_record_name,
+    parser.add_argument("--record", metavar="NAME", type=record_name,
                         help="write the figures as the REPORT record NAME "
                              "(bench/results/report/NAME.json; needs vLLM)")
     args = parser.parse_args(argv)
@@ -104,12 +104,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.kv_cache_gb <= 0:
         parser.error(f"--kv-cache-gb: must be > 0, got {args.kv_cache_gb}")
     return args
-
-
-def _record_name(text: str) -> str:
-    if not NAME.fullmatch(text):
-        raise argparse.ArgumentTypeError(f"expected [a-z0-9_]+, got {text!r}")
-    return text
 
 
 def vllm_env(setup: Setup, cores: Sequence[int]) -> dict[str, str]:
@@ -140,12 +134,6 @@ def identical_count(a: Sequence[Sequence[int]], b: Sequence[Sequence[int]]) -> i
     if len(a) != len(b):
         raise ValueError(f"{len(a)} outputs against {len(b)}")
     return sum(list(x) == list(y) for x, y in zip(a, b))
-
-
-def ratios(repeats: Sequence[dict[str, Run]]) -> list[float]:
-    """agentix / vllm tokens/s of each repeat that ran both."""
-    return [r["agentix"]["tokens_per_s"] / r["vllm"]["tokens_per_s"]
-            for r in repeats if {"agentix", "vllm"} <= r.keys()]
 
 
 def _row(repeat: int, engine: str, run: Run) -> str:
