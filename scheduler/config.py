@@ -48,6 +48,10 @@ class SchedulerConfig:
     retention state alone (as with one level), so no admission evicts any program's retained
     tool-call KV, whatever the levels (measured on coding:
     bench/notes/2026-12-01-learnt-scheduling.md, "Why gittins loses on coding").
+    Multistep: with `multistep=N` a round of decodes runs N steps without scheduling again;
+    with `multistep_yields` (default) a call added during a round ends it, so the next step
+    schedules and the new call is admitted as with `multistep=1`. Off, a new call waits for
+    the round's end (vLLM's multi-step scheduling; the benchmark's baselines).
     Deadlines (seconds, None = off): a call that has produced no token is promoted to the
     top level once `ttft_slo_seconds` after its arrival less its estimated prefill time has
     passed (a request may set its own), and a call preempted after producing tokens once
@@ -77,7 +81,8 @@ class SchedulerConfig:
     max_num_batched_tokens: int = 2048
     enable_chunked_prefill: bool = True
     preemption_mode: str = "auto"
-    multistep: int = 1
+    multistep: int = 4
+    multistep_yields: bool = True
     num_queues: int = 8
     quantum_base: float | None = None
     quantum_growth: float = 2.0

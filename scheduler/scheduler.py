@@ -7,7 +7,8 @@ when blocks run out), then admits queued calls of that level (swap-in, or prefix
 device or fetched from host, then prefill) while seats, blocks and token budget allow,
 preempting strictly lower-level running calls for them (at most `max_preemptions_per_round`).
 An admission evicts only cached KV its level may take (`ProgramMemory.admission_rank`); short
-of that, the call waits. With `multistep=N` a round of decodes is reused for N steps.
+of that, the call waits. With `multistep=N` a round of decodes is reused for N steps (a call
+added meanwhile ends the round, with `multistep_yields`).
 `update` is the one place the outcome of a step is applied.
 """
 
@@ -217,6 +218,8 @@ class Scheduler:
         if record.ttft_slo is not None:  # due early enough to prefill by the deadline
             prefill = self.rates.recompute_seconds(call.num_tokens)
             self.deadlines.watch(call.call_id, now + max(0.0, record.ttft_slo - prefill))
+        if self.config.multistep_yields:
+            self._end_round()
 
     def _default_ttft_slo(self) -> float | None:
         """The engine's first-token deadline in seconds (see SchedulerConfig): fixed, or the
@@ -309,7 +312,7 @@ class Scheduler:
         names (its chunks, preempted and swapped calls) that is not finished already,
         releasing all their blocks. Returns those calls with their final records; calls the
         plan does not name are untouched."""
-        self._round_calls, self._round_steps_left = [], 0
+        self._end_round()
         self.kv.abort_step()
         named = {chunk.call.call_id: chunk.call for chunk in plan.chunks}
         for call_id in (*plan.preempted, *plan.swapped):
@@ -703,6 +706,11 @@ class Scheduler:
                 return
         self._round_calls = [c.call for c in plan.chunks]
         self._round_steps_left = steps - 1
+
+    def _end_round(self) -> None:
+        """No step of the current multistep round is left: the next step schedules. The
+        blocks reserved for the round's steps stay with their calls, used as they grow."""
+        self._round_calls, self._round_steps_left = [], 0
 
     def _continue_round(self, now: float) -> SchedulePlan:
         """The next step of a multistep round: the round's calls still running, one token

@@ -6,7 +6,8 @@ runs without a first-token deadline (`ttft_slo_tokens=None`), whatever the engin
 runs), `agentix bench sim`'s when no --policy is given.
 
 - `vllm`: FCFS, recompute on preemption, no chunked prefill, no prefix caching, LRU cache;
-- `optimized`: FCFS with chunked prefill, prefix caching and multistep 4, LRU cache;
+- `optimized`: FCFS with chunked prefill, prefix caching and multistep 4 (vLLM's: a round is
+  not cut by new calls, `multistep_yields=False`), LRU cache;
 - `vllm06`: the paper's "vLLM-opt" as vLLM 0.6 could run it (the paper built on 0.6.1): FCFS,
   chunked prefill with vLLM 0.6's default budget for it (`max_num_batched_tokens=512`, the
   value its SchedulerConfig picks when chunked prefill is on), automatic prefix caching on
@@ -36,7 +37,8 @@ BLOCK_SIZE = 16
 # The engine features of `optimized`; every scheduling baseline runs with them too, so a
 # difference to `optimized` is the scheduling (and the KV memory) alone.
 _OPTIMIZED: Mapping[str, Any] = MappingProxyType(dict(
-    enable_chunked_prefill=True, enable_prefix_caching=True, multistep=4))
+    enable_chunked_prefill=True, enable_prefix_caching=True, multistep=4,
+    multistep_yields=False))
 VLLM06_BUDGET = 512  # vLLM 0.6's max_num_batched_tokens with chunked prefill on
 REQUEST_LEVEL = ("mlfq", "las")  # request-level baselines: they keep today's LRU cache
 # No first-token deadline in any baseline (as every one was measured); a study of the deadline

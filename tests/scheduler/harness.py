@@ -1,7 +1,8 @@
 """A model-free engine loop for scheduler tests: SimCalls that generate one token per
 decode step, token-mode service, a clock that advances one unit per step. Unless a test says
-otherwise: FCFS, no prefix cache, recompute preemption and no first-token deadline (not the
-engine's defaults: the exact orders the tests assert are those of this plain scheduler)."""
+otherwise: FCFS, no prefix cache, recompute preemption, no first-token deadline and a
+scheduling round every step (multistep 1) (not the engine's defaults: the exact orders the
+tests assert are those of this plain scheduler)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ class Sim:
     def __init__(self, policy: str = "fcfs", num_blocks: int = 1000, block_size: int = 4,
                  num_host_blocks: int = 0, prefix_caching: bool = False, **config) -> None:
         config = {"service_mode": "tokens", "preemption_mode": "recompute",
-                  "ttft_slo_tokens": None, **config}
+                  "ttft_slo_tokens": None, "multistep": 1, **config}
         self.kv = KVCacheManager(num_blocks, block_size, num_host_blocks, prefix_caching)
         self.scheduler = Scheduler(SchedulerConfig(**config), self.kv, make_policy(policy))
         self.now = 0.0

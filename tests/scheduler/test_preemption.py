@@ -126,6 +126,38 @@ def test_multistep_releases_a_finished_call_mid_round():
     assert plan.is_continuation and [c.call.call_id for c in plan.chunks] == ["long"]
 
 
+def round_cut_by_an_arrival(yields: bool) -> Sim:
+    """`long` runs a round of 4 decode steps; `new` arrives after its first step."""
+    sim = Sim("fcfs", block_size=4, num_blocks=200, multistep=4, max_num_seqs=8,
+              multistep_yields=yields)
+    sim.start("p")
+    sim.call("p", "long", prompt_len=4, output_len=12)
+    sim.step()  # prefill
+    sim.step()  # the round's first decode step
+    assert sim.kv.block_table("long") == [1, 2]  # 5 tokens + 3 reserved for the round
+    sim.call("p", "new", prompt_len=4, output_len=2)
+    return sim
+
+
+def test_an_arrival_ends_a_multistep_round_and_is_admitted_at_the_next_step():
+    sim = round_cut_by_an_arrival(yields=True)
+    plan = sim.step()
+    assert not plan.is_continuation
+    assert [(c.call.call_id, c.num_tokens) for c in plan.chunks] == [("long", 1), ("new", 4)]
+    assert sim.scheduler.num_rounds == 3
+    assert sim.kv.block_table("long") == [1, 2]  # the round's reservation is kept, not redone
+    sim.run_clean()
+
+
+def test_without_yielding_an_arrival_waits_for_the_rounds_end():
+    sim = round_cut_by_an_arrival(yields=False)
+    assert [sim.step().is_continuation for _ in range(3)] == [True, True, True]
+    plan = sim.step()
+    assert not plan.is_continuation
+    assert [(c.call.call_id, c.num_tokens) for c in plan.chunks] == [("long", 1), ("new", 4)]
+    sim.run_clean()
+
+
 def test_admissions_leave_a_token_for_every_running_call_of_lower_queues():
     sim = Sim("plas", block_size=4, num_blocks=100, max_num_seqs=8, max_num_batched_tokens=16,
               **LEVELS)
