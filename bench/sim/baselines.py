@@ -46,12 +46,12 @@ REQUEST_LEVEL = ("mlfq", "las")  # request-level baselines: they keep today's LR
 _NO_DEADLINE: Mapping[str, Any] = MappingProxyType(dict(ttft_slo_tokens=None))
 DEFAULTS = "defaults"  # the engine's own defaults (`_ENGINE_DEFAULTS`)
 
-# FCFS, no prefix cache, recompute preemption and no first-token deadline (the library's
-# defaults before they became the serving ones): the engine that the real-model timing and
-# parity studies measure, so that their figures stay comparable.
+# FCFS, no prefix cache, recompute preemption, no first-token deadline and multistep 1 (the
+# library's defaults before they became the serving ones): the engine that the real-model
+# timing and parity studies measure, so that their figures stay comparable.
 PLAIN: Mapping[str, Any] = MappingProxyType(dict(
     policy="fcfs", enable_prefix_caching=False, preemption_mode="recompute",
-    ttft_slo_tokens=None))
+    ttft_slo_tokens=None, multistep=1))
 
 
 def _scheduling_baseline(policy: str) -> dict[str, Any]:

@@ -124,7 +124,8 @@ def agentix_config(setup: Setup) -> dict[str, Any]:
 def agentix_serve_args(setup: Setup) -> list[str]:
     """`agentix serve` flags for the engine `agentix_config` sets over `PLAIN`."""
     return ["--policy", "fcfs", "--no-prefix-caching", "--preemption-mode", "recompute",
-            "--ttft-slo-tokens", "0", "--dtype", setup.dtype, "--device", setup.device,
+            "--ttft-slo-tokens", "0", "--multistep", "1", "--dtype", setup.dtype,
+            "--device", setup.device,
             "--max-num-seqs", str(setup.max_num_seqs),
             "--kv-cache-memory-gb", str(setup.kv_cache_gb), "--served-model-name", SERVED_NAME]
 

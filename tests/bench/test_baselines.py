@@ -3,7 +3,9 @@ import pytest
 from bench.sim.baselines import BASELINES, DEFAULTS, engine_config_for
 from engine.config import EngineConfig
 
-OPTIMIZED = dict(enable_chunked_prefill=True, enable_prefix_caching=True, multistep=4)
+# vLLM's multi-step: a round is not cut by new calls
+OPTIMIZED = dict(enable_chunked_prefill=True, enable_prefix_caching=True, multistep=4,
+                 multistep_yields=False)
 NO_DEADLINE = dict(ttft_slo_tokens=None)
 
 
@@ -76,6 +78,7 @@ def test_defaults_is_the_engine_config_on_the_common_sizes():
         enable_chunked_prefill=default.scheduler.enable_chunked_prefill,
         preemption_mode=default.scheduler.preemption_mode,
         kv_memory=default.scheduler.kv_memory, multistep=default.scheduler.multistep,
+        multistep_yields=default.scheduler.multistep_yields,
         ttft_slo_tokens=default.scheduler.ttft_slo_tokens)
     assert DEFAULTS not in BASELINES  # sweeps and capacity runs compare the baselines only
 
