@@ -290,7 +290,8 @@ def _add_serve_parser(sub) -> None:
     engine.add_argument("--max-num-seqs", type=int, default=SCHEDULER.max_num_seqs,
                         metavar="N", help="running calls at most")
     engine.add_argument("--multistep", type=int, default=SCHEDULER.multistep, metavar="N",
-                        help="decode steps per scheduling round")
+                        help="decode steps per scheduling round (a call that arrives ends the "
+                             "round; --set multistep_yields=False: it waits for the round's end)")
     engine.add_argument("--ttft-slo-tokens", type=_non_negative_int,
                         default=SCHEDULER.ttft_slo_tokens or 0, metavar="N",
                         help="first-token deadline as the time this engine takes to prefill N "
