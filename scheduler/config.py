@@ -50,8 +50,10 @@ class SchedulerConfig:
     bench/notes/2026-12-01-learnt-scheduling.md, "Why gittins loses on coding").
     Multistep: with `multistep=N` a round of decodes runs N steps without scheduling again;
     with `multistep_yields` (default) a call added during a round ends it, so the next step
-    schedules and the new call is admitted as with `multistep=1`. Off, a new call waits for
-    the round's end (vLLM's multi-step scheduling; the benchmark's baselines).
+    schedules and the new call is admitted as with `multistep=1` (the round's calls keep the
+    blocks it reserved for its later steps, for `multistep - 1` tokens each at most, and
+    fill them as they decode; a swap-out copies them too). Off, a new call waits for the
+    round's end (vLLM's multi-step scheduling; the benchmark's baselines).
     Deadlines (seconds, None = off): a call that has produced no token is promoted to the
     top level once `ttft_slo_seconds` after its arrival less its estimated prefill time has
     passed (a request may set its own), and a call preempted after producing tokens once

@@ -42,7 +42,7 @@ def free_port() -> int:
 
 class Node:
     """`agentix serve --node-rank 1` of a `world`-rank, 2-node engine; `pids` its workers',
-    `stopping` why it said it stops (None: it did not say)."""
+    `stopping` why it said it stops (None: it did not say), `lines` all it printed."""
 
     def __init__(self, model_dir: str, address: str, world: int = 2) -> None:
         self.process = subprocess.Popen(
@@ -53,11 +53,13 @@ class Node:
             stdin=subprocess.DEVNULL)
         self.pids: list[int] = []
         self.stopping: str | None = None
+        self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
     def _read(self) -> None:
         for line in self.process.stdout:
+            self.lines.append(line)
             if "joined (pids " in line:
                 self.pids = [int(p) for p in line.split("(pids ")[1].rstrip(")\n").split()]
             if line.startswith(STOPPING):
@@ -132,7 +134,7 @@ def test_when_a_worker_of_node_0_dies_the_engine_breaks_and_node_1_stops(tp_mode
         broken = f"tensor-parallel worker rank 1 (pid {pid}) exited with status -9"
         assert (type(failed.value.cause), str(failed.value.cause)) == (EngineBrokenError, broken)
         assert node.wait(10) == 1
-        assert node.stopping == f"the engine broke: {broken}"
+        assert node.stopping == f"the engine broke: {broken}", "".join(node.lines)
         assert len(node.pids) == 2 and wait_gone(node.pids, 5.0) == []
     finally:
         llm.close()
