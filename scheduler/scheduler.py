@@ -720,8 +720,8 @@ class Scheduler:
         plan.chunks = [ScheduledChunk(c, c.num_computed_tokens, 1,
                                       self.kv.block_table(c.call_id), samples=True)
                        for c in self._round_calls if c.status is CallStatus.RUNNING]
-        if not plan.chunks:
-            self._round_steps_left = 0
+        if not plan.chunks or not self._round_steps_left:
+            self._end_round()  # nothing left to run in it: forget its calls
         return plan
 
     # ----- checks -----------------------------------------------------------------------
