@@ -698,7 +698,8 @@ class Scheduler:
         """If every chunk is a decode, reserve blocks for `multistep - 1` more decode steps
         and reuse this batch for them without scheduling again."""
         steps = self.config.multistep
-        if steps == 1 or not plan.chunks or not all(c.is_decode for c in plan.chunks):
+        # Decodes come first (SchedulePlan): the last chunk is a decode only if all are.
+        if steps == 1 or not plan.chunks or not plan.chunks[-1].is_decode:
             return
         steps = min(steps, max(c.call.num_remaining_tokens for c in plan.chunks))
         for chunk in plan.chunks:
@@ -746,9 +747,10 @@ def _token_counts(chunks: Sequence[ScheduledChunk]) -> tuple[int, int]:
     """(prefill tokens, all tokens) of a step's chunks, in one pass."""
     prefill = total = 0
     for chunk in chunks:
-        total += chunk.num_tokens
-        if not chunk.is_decode:
-            prefill += chunk.num_tokens
+        n = chunk.num_tokens
+        total += n
+        if n != 1 or not chunk.samples:  # not chunk.is_decode, inlined: once per chunk
+            prefill += n
     return prefill, total
 
 

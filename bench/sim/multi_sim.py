@@ -62,6 +62,7 @@ from scheduler.process_table import CallRecord
 from scheduler.program_fold import ProgramFold
 
 from bench.sim.cost_model import CostModel
+from bench.sim.quiet_collector import quiet_collector
 from bench.sim.sim_executor import SimulatedExecutor, VirtualClock, is_speed
 from bench.sim.simulate import (Driver, EarlyStop, PromptMaker, SimResult, _Program, sim_engine,
                                 sim_engine_config)
@@ -396,7 +397,8 @@ def simulate_replicas(trace: Trace, policy: str, replicas: int = 2,
         pool.append(_Replica(index, engine, clock, executor, kv_events))
     driver = MultiDriver(pool, cost, prompts, placement,
                          use_oracle=config["policy"] == "oracle")
-    driver.run(trace, stop)
+    with quiet_collector():
+        driver.run(trace, stop)
     for replica in pool:
         replica.engine.check_integrity()
     return _result(policy, cost, pool, driver, placement, config["num_kv_blocks"],

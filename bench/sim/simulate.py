@@ -38,6 +38,7 @@ from bench.sim.baselines import BLOCK_SIZE, engine_config_for
 from bench.sim.client_programs import ClientPrograms
 from bench.sim.cost_model import CostModel
 from bench.sim.metrics import percentile
+from bench.sim.quiet_collector import quiet_collector
 from bench.sim.sim_executor import SimulatedExecutor, VirtualClock
 from bench.sim.token_gaps import TokenGaps
 from bench.sim.trace import Trace, TraceCall, TraceProgram
@@ -224,7 +225,8 @@ def simulate(trace: Trace, policy: str, preset: str = "a100-80g", model: str = "
     client = (None if program_ids == "explicit"
               else ClientPrograms(program_ids, engine.config.scheduler.program_ttl))
     driver = Driver(engine, clock, cost, prompts, use_oracle=use_oracle, client=client)
-    driver.run(trace, stop)
+    with quiet_collector():
+        driver.run(trace, stop)
     engine.check_integrity()
     result = run_result(policy, cost.gpu.name, cost.model.name, engine, executor, driver,
                         end_time=clock(), wall_seconds=time.perf_counter() - wall_start,
