@@ -1,7 +1,7 @@
 """The simulator's speed against an older commit, side by side in one run, same results.
 
     python -m bench.studies.sim_speed [--base 1534e7e] [--repeats 3] [--programs 400]
-        [--rate 8] [--workload mixed] [--policy atlas] [--seed 0]
+        [--rate 8] [--workload mixed] [--policy atlas] [--seed 0] [--record NAME]
 
 Extracts the base commit (`git archive BASE | tar -x`) into a temporary folder, then runs
 
@@ -14,12 +14,14 @@ included) and its `sim_wall_seconds` (`simulate()` alone), the ratios base/head 
 and their min/median/max, and checks the simulated figures are identical: every key both
 JSON objects have (nested ones flattened: a newer tree's extra keys are left out), except
 the wall-clock ones (`WALL_CLOCK_KEYS`), compared for equality to the last digit. Exits 1
-if any compared figure differs.
+if any compared figure differs. `--record NAME` also writes the run's figures as the REPORT
+record NAME (`bench.studies.sim_speed_record`), whether or not they all agree.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import statistics
 import subprocess
@@ -27,6 +29,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Sequence
+
+from bench.report.records import current_commit, record_name, write_study
+from bench.studies.sim_speed_record import record_rows, sim_speed_study
+from bench.support.cpu_model import cpu_model
 
 REPO = Path(__file__).resolve().parents[2]
 WALL_CLOCK_KEYS = frozenset({"sim_wall_seconds"})
@@ -102,7 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--programs", type=int, default=400)
     parser.add_argument("--rate", type=float, default=8.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--record", metavar="NAME", type=record_name,
+                        help="write the figures as the REPORT record NAME "
+                             "(bench/results/report/NAME.json)")
     args = parser.parse_args(argv)
+    commit = current_commit(REPO)  # before the runs: what was measured
     command = sim_command(args)
     print("command: python -m server.cli", " ".join(command[3:]))
     ratios, sim_ratios, mismatched = [], [], set()
@@ -129,11 +140,27 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{what}: min {min(values):.2f}x, median {statistics.median(values):.2f}x, "
               f"max {max(values):.2f}x")
     print(f"compared {len(compared)} figures: {', '.join(compared)}")
+    if args.record:
+        _write_record(args, sys.argv[1:] if argv is None else argv, commit, ratios, sim_ratios,
+                      compared, sorted(mismatched))
     if mismatched:
         print(f"DIFFERENT: {', '.join(sorted(mismatched))}")
         return 1
     print("identical")
     return 0
+
+
+def _write_record(args: argparse.Namespace, argv: Sequence[str], commit: str,
+                  ratios: list[float], sim_ratios: list[float], compared: list[str],
+                  differing: list[str]) -> None:
+    workload = (f"{args.workload}, {args.programs} programs at {args.rate:g}/s, seed "
+                f"{args.seed} (bench sim)")
+    rows = record_rows(args.base, workload, args.policy, ratios, sim_ratios, compared,
+                       differing)
+    study = sim_speed_study(args.record, args.base,
+                            "python -m bench.studies.sim_speed " + " ".join(argv), commit,
+                            datetime.date.today().isoformat(), cpu_model(), rows)
+    print(f"wrote {write_study(study)}")
 
 
 if __name__ == "__main__":

@@ -30,3 +30,33 @@ def test_the_command_pins_policy_and_asks_for_json():
 
 def test_differences_name_both_values():
     assert differences({"s": {"a": 1}}, {"s": {"a": 2}}, ["s.a"]) == "  s.a: 1 -> 2"
+
+
+def test_record_rows_give_medians_rounds_and_identical_count():
+    from bench.studies.sim_speed_record import record_rows, sim_speed_study
+
+    rows = record_rows("1534e7e", "mixed 400@8", "atlas", [1.2, 1.5, 1.3], [1.4, 2.0, 1.6],
+                       ["a", "b", "c"], ["b"])
+    by_key = {row.key: row for row in rows}
+    assert [row.key for row in rows] == [
+        "process.median", "process.round1", "process.round2", "process.round3",
+        "simulate.median", "simulate.round1", "simulate.round2", "simulate.round3",
+        "identical_figures"]
+    assert by_key["process.median"].value == 1.3
+    assert by_key["simulate.median"].value == 1.6
+    assert by_key["simulate.median"].note == "min 1.40x / max 2.00x; the issue's 4x is missed"
+    assert by_key["simulate.round2"].value == 2.0
+    assert by_key["identical_figures"].value == 2
+    assert by_key["identical_figures"].note == "differ: b"
+    assert "(of 3)" in by_key["identical_figures"].figure
+    study = sim_speed_study("sim_speed", "1534e7e", "python -m bench.studies.sim_speed",
+                            "abc1234", "2026-12-06", "2-core CPU", rows)
+    assert study.notes == "bench/notes/2026-12-02-simulator-speed.md"
+
+
+def test_a_median_at_the_target_is_met():
+    from bench.studies.sim_speed_record import record_rows
+
+    rows = record_rows("b", "w", "p", [4.0], [4.0], ["a"], [])
+    assert rows[2].note.endswith("the issue's 4x is met")
+    assert rows[-1].value == 1 and rows[-1].note == ""
