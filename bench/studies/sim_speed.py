@@ -11,7 +11,8 @@ in that tree and in this one (subprocesses, cwd = each tree, this interpreter; `
 turns transformers' hub kernels off in both), alternating which goes first over `--repeats`
 rounds. Prints each run's wall seconds (the whole process: imports and trace generation
 included) and its `sim_wall_seconds` (`simulate()` alone), the ratios base/head per round
-and their min/median/max, and checks the simulated figures are identical: every key both
+and their min/median/max, the ratio of each tree's fastest run (this machine's noise only
+ever slows a run, so the fastest is the least disturbed), and checks the simulated figures are identical: every key both
 JSON objects have (nested ones flattened: a newer tree's extra keys are left out), except
 the wall-clock ones (`WALL_CLOCK_KEYS`), compared for equality to the last digit. Exits 1
 if any compared figure differs. `--record NAME` also writes the run's figures as the REPORT
@@ -117,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     command = sim_command(args)
     print("command: python -m server.cli", " ".join(command[3:]))
     ratios, sim_ratios, mismatched = [], [], set()
+    seconds: dict[str, dict[str, list[float]]] = {
+        tree: {"process": [], "simulate": []} for tree in ("base", "head")}
     with tempfile.TemporaryDirectory(prefix="sim_speed_") as folder:
         base_tree = Path(folder)
         extract(args.base, base_tree)
@@ -132,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
             ratios.append(runs["base"][0] / runs["head"][0])
             sim = {name: runs[name][1]["sim_wall_seconds"] for name in trees}
             sim_ratios.append(sim["base"] / sim["head"])
+            for name in trees:
+                seconds[name]["process"].append(runs[name][0])
+                seconds[name]["simulate"].append(sim[name])
             print(f"round {round_ + 1} ({' then '.join(order)}): base {runs['base'][0]:.1f} s, "
                   f"head {runs['head'][0]:.1f} s, ratio {ratios[-1]:.2f}x; simulate() alone "
                   f"(sim_wall_seconds) base {sim['base']:.1f} s, head {sim['head']:.1f} s, "
@@ -139,10 +145,14 @@ def main(argv: list[str] | None = None) -> int:
     for what, values in (("ratio base/head", ratios), ("simulate() alone", sim_ratios)):
         print(f"{what}: min {min(values):.2f}x, median {statistics.median(values):.2f}x, "
               f"max {max(values):.2f}x")
+    fastest = {kind: min(seconds["base"][kind]) / min(seconds["head"][kind])
+               for kind in ("process", "simulate")}
+    print(f"fastest runs, base/head: process {fastest['process']:.2f}x, simulate() alone "
+          f"{fastest['simulate']:.2f}x")
     print(f"compared {len(compared)} figures: {', '.join(compared)}")
     if args.record:
         _write_record(args, sys.argv[1:] if argv is None else argv, commit, ratios, sim_ratios,
-                      compared, sorted(mismatched))
+                      fastest, compared, sorted(mismatched))
     if mismatched:
         print(f"DIFFERENT: {', '.join(sorted(mismatched))}")
         return 1
@@ -151,11 +161,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _write_record(args: argparse.Namespace, argv: Sequence[str], commit: str,
-                  ratios: list[float], sim_ratios: list[float], compared: list[str],
-                  differing: list[str]) -> None:
+                  ratios: list[float], sim_ratios: list[float], fastest: dict[str, float],
+                  compared: list[str], differing: list[str]) -> None:
     workload = (f"{args.workload}, {args.programs} programs at {args.rate:g}/s, seed "
                 f"{args.seed} (bench sim)")
-    rows = record_rows(args.base, workload, args.policy, ratios, sim_ratios, compared,
+    rows = record_rows(args.base, workload, args.policy, ratios, sim_ratios, fastest, compared,
                        differing)
     study = sim_speed_study(args.record, args.base,
                             "python -m bench.studies.sim_speed " + " ".join(argv), commit,

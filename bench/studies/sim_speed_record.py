@@ -1,11 +1,11 @@
 """The REPORT record of a `bench.studies.sim_speed --record NAME` run (issue 39, item 5):
-the base/head ratios' medians (process and `simulate()` alone) and every round's, and how
-many of the compared figures are identical."""
+the base/head ratios' medians (process and `simulate()` alone), every round's, the ratio of
+each tree's fastest run, and how many of the compared figures are identical."""
 
 from __future__ import annotations
 
 import statistics
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from bench.report.records import ReportRow, ReportStudy
 
@@ -17,10 +17,11 @@ TIMED = (("process", "process wall seconds"), ("simulate", "simulate() wall seco
 
 
 def record_rows(base: str, workload: str, policy: str, ratios: Sequence[float],
-                sim_ratios: Sequence[float], compared: Sequence[str],
-                differing: Sequence[str]) -> tuple[ReportRow, ...]:
+                sim_ratios: Sequence[float], fastest: Mapping[str, float],
+                compared: Sequence[str], differing: Sequence[str]) -> tuple[ReportRow, ...]:
     """Rows of one run: `ratios` and `sim_ratios` (base / head, per round, process and
-    `simulate()` alone), the figures `compared` and those `differing` in any round."""
+    `simulate()` alone), `fastest` ("process", "simulate": base's fastest run / head's),
+    the figures `compared` and those `differing` in any round."""
     rows = []
     for (key, timed), values in zip(TIMED, (ratios, sim_ratios)):
         figure = f"{base}'s / HEAD's {timed} (x)"
@@ -31,6 +32,8 @@ def record_rows(base: str, workload: str, policy: str, ratios: Sequence[float],
         rows.append(ReportRow(f"{key}.median", workload, policy,
                               f"{figure}, median of {len(values)} alternating rounds",
                               round(median, 2), note=note))
+        rows.append(ReportRow(f"{key}.fastest", workload, policy,
+                              f"{figure}, fastest run of each", round(fastest[key], 2)))
         rows += [ReportRow(f"{key}.round{i + 1}", workload, policy, f"{figure}, round {i + 1}",
                            round(value, 2)) for i, value in enumerate(values)]
     same = len(compared) - len(differing)

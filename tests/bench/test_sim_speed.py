@@ -36,16 +36,17 @@ def test_record_rows_give_medians_rounds_and_identical_count():
     from bench.studies.sim_speed_record import record_rows, sim_speed_study
 
     rows = record_rows("1534e7e", "mixed 400@8", "atlas", [1.2, 1.5, 1.3], [1.4, 2.0, 1.6],
-                       ["a", "b", "c"], ["b"])
+                       {"process": 1.45, "simulate": 1.9}, ["a", "b", "c"], ["b"])
     by_key = {row.key: row for row in rows}
     assert [row.key for row in rows] == [
-        "process.median", "process.round1", "process.round2", "process.round3",
-        "simulate.median", "simulate.round1", "simulate.round2", "simulate.round3",
-        "identical_figures"]
+        "process.median", "process.fastest", "process.round1", "process.round2",
+        "process.round3", "simulate.median", "simulate.fastest", "simulate.round1",
+        "simulate.round2", "simulate.round3", "identical_figures"]
     assert by_key["process.median"].value == 1.3
     assert by_key["simulate.median"].value == 1.6
     assert by_key["simulate.median"].note == "min 1.40x / max 2.00x; the issue's 4x is missed"
     assert by_key["simulate.round2"].value == 2.0
+    assert by_key["process.fastest"].value == 1.45 and by_key["simulate.fastest"].value == 1.9
     assert by_key["identical_figures"].value == 2
     assert by_key["identical_figures"].note == "differ: b"
     assert "(of 3)" in by_key["identical_figures"].figure
@@ -57,6 +58,7 @@ def test_record_rows_give_medians_rounds_and_identical_count():
 def test_a_median_at_the_target_is_met():
     from bench.studies.sim_speed_record import record_rows
 
-    rows = record_rows("b", "w", "p", [4.0], [4.0], ["a"], [])
-    assert rows[2].note.endswith("the issue's 4x is met")
+    rows = record_rows("b", "w", "p", [4.0], [4.0], {"process": 4.0, "simulate": 4.0}, ["a"],
+                       [])
+    assert rows[3].key == "simulate.median" and rows[3].note.endswith("the issue's 4x is met")
     assert rows[-1].value == 1 and rows[-1].note == ""
