@@ -42,7 +42,6 @@ from server.reasoning_parsers.vocabulary import check_vocabulary
 from server.response_store import ResponseLimits, ResponseStore
 from server.reflection import enable_reflection
 from server.signals import StopSignals
-from server.startup_heap import freeze_startup_heap
 from server.service import AgentixServicer
 from server.tool_parsers import make_tool_parser
 
@@ -334,11 +333,8 @@ def serve_forever(config: EngineConfig, options: ServeOptions,
                   on_ready: Callable[[RunningServer], None] | None = None) -> None:
     """Serve until SIGINT or SIGTERM, then drain (`options.grace`) and stop (main thread
     only); a second signal, even during the model load, ends the process at once (status 1,
-    no thread survives `os._exit`). Once the server is SERVING, the start-up heap is frozen
-    (`freeze_startup_heap`) and `on_ready` is called; the drain's start and end are reported
-    on stderr."""
+    no thread survives `os._exit`). `on_ready` is called once the server is SERVING; the
+    drain's start and end are reported on stderr."""
     with StopSignals() as signals:
-        running = start_server(config, options)
-        freeze_startup_heap()
-        signals.serve(running, on_ready, options.grace)
+        signals.serve(start_server(config, options), on_ready, options.grace)
         print("agentix: stopped", file=sys.stderr, flush=True)
