@@ -3,11 +3,11 @@
 A simulation allocates a few small objects per sampled token (chunks, sampled tokens, step
 outputs) beside about a million long-lived ones (the trace, calls, records, block lists), and
 almost none of them form reference cycles: at CPython's default thresholds the collector runs
-thousands of times in a run and finds almost nothing (317 objects in `agentix bench sim
---workload mixed --policy atlas --programs 400 --rate 8`, against about a fifth of
-`simulate()`'s time spent in collections). Objects freed by their reference counts, nearly
-all of them, are freed at once either way; only cyclic garbage waits, and it is still
-collected.
+thousands of times in a run and finds almost nothing (in `agentix bench sim --workload mixed
+--policy atlas --programs 400 --rate 8`: 6,778 collections, about 4 s of a 30 s run, 317
+objects found; inside `quiet_collector`, 4 collections). Objects freed by their reference
+counts, nearly all of them, are freed at once either way; only cyclic garbage waits, and it
+is still collected.
 """
 
 from __future__ import annotations

@@ -12,9 +12,10 @@ turns transformers' hub kernels off in both), alternating which goes first over 
 rounds. Prints each run's wall seconds (the whole process: imports and trace generation
 included) and its `sim_wall_seconds` (`simulate()` alone), the ratios base/head per round
 and their min/median/max, the ratio of each tree's fastest run (this machine's noise only
-ever slows a run, so the fastest is the least disturbed), and checks the simulated figures are identical: every key both
-JSON objects have (nested ones flattened: a newer tree's extra keys are left out), except
-the wall-clock ones (`WALL_CLOCK_KEYS`), compared for equality to the last digit. Exits 1
+ever slows a run, so the fastest is the least disturbed), and checks the simulated figures
+are identical: every key both JSON objects have (nested ones flattened: a newer tree's extra
+keys are left out), except the wall-clock ones (`WALL_CLOCK_KEYS`), compared for equality to
+the last digit. Exits 1
 if any compared figure differs. `--record NAME` also writes the run's figures as the REPORT
 record NAME (`bench.studies.sim_speed_record`), whether or not they all agree.
 """
@@ -32,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from bench.report.records import current_commit, record_name, write_study
+from bench.report.records import DEFAULT_FOLDER, current_commit, record_name, write_study
 from bench.studies.sim_speed_record import record_rows, sim_speed_study
 from bench.support.cpu_model import cpu_model
 
@@ -170,7 +171,7 @@ def _write_record(args: argparse.Namespace, argv: Sequence[str], commit: str,
     study = sim_speed_study(args.record, args.base,
                             "python -m bench.studies.sim_speed " + " ".join(argv), commit,
                             datetime.date.today().isoformat(), cpu_model(), rows)
-    print(f"wrote {write_study(study)}")
+    print(f"wrote {write_study(study, REPO / DEFAULT_FOLDER)}")
 
 
 if __name__ == "__main__":
