@@ -36,6 +36,7 @@ from server.handlers import HEALTH_SERVICE_NAME, SERVICE_NAME, add_service
 from server.http_server import HANDLER_GRACE, INFER_NEEDS_HTTP, HttpServer, bind_socket
 from server.metrics import ServerMetrics
 from server.limits import DEFAULT_MAX_PROMPT_BYTES, MESSAGE_OVERHEAD_BYTES
+from server.passing_thread import in_passing_thread
 from server.prompts import PromptTokenizer
 from server.reasoning_parsers import reasoning_parser_class
 from server.reasoning_parsers.vocabulary import check_vocabulary
@@ -298,7 +299,9 @@ def start_server(config: EngineConfig, options: ServeOptions | None = None, **kw
             if port is not None:
                 sockets[kind] = bind_socket(options.host, port)
         metrics = ServerMetrics(options.metrics_tenant_label)
-        engine = LLMEngine(config)
+        # Loaded away from this thread: only the engine loop's thread keeps a team of
+        # OpenMP workers (server/passing_thread.py).
+        engine = in_passing_thread(lambda: LLMEngine(config), name="agentix-load")
         _check_reasoning_parser(options.reasoning_parser, engine)
     except BaseException:
         for sock in sockets.values():
