@@ -299,9 +299,7 @@ def start_server(config: EngineConfig, options: ServeOptions | None = None, **kw
             if port is not None:
                 sockets[kind] = bind_socket(options.host, port)
         metrics = ServerMetrics(options.metrics_tenant_label)
-        # Loaded away from this thread: only the engine loop's thread keeps a team of
-        # OpenMP workers (server/passing_thread.py).
-        engine = in_passing_thread(lambda: LLMEngine(config), name="agentix-load")
+        engine = _load_engine(config)
         _check_reasoning_parser(options.reasoning_parser, engine)
     except BaseException:
         for sock in sockets.values():
@@ -330,6 +328,16 @@ def start_server(config: EngineConfig, options: ServeOptions | None = None, **kw
         prompts.close()
         raise
     return RunningServer(engine_loop, loop, loop_thread, services, options)
+
+
+def _load_engine(config: EngineConfig) -> LLMEngine:
+    """The engine, loaded in a passing thread so that only the engine loop's thread keeps a
+    team of OpenMP workers (server/passing_thread.py); with tensor-parallel workers in this
+    thread instead, since a worker's parent-death signal (PR_SET_PDEATHSIG) fires when the
+    thread that started it ends."""
+    if config.tensor_parallel_size > 1:
+        return LLMEngine(config)
+    return in_passing_thread(lambda: LLMEngine(config), name="agentix-load")
 
 
 def serve_forever(config: EngineConfig, options: ServeOptions,
