@@ -38,7 +38,8 @@ def test_a_base_exception_is_raised_too():
         in_passing_thread(work)
 
 
-def test_start_server_loads_the_engine_in_a_passing_thread(monkeypatch):
+def _loading_thread(monkeypatch, **config) -> threading.Thread:
+    """The thread start_server loads its engine in (the load then raises, so nothing serves)."""
     from engine import EngineConfig
     from server import app
 
@@ -50,24 +51,17 @@ def test_start_server_loads_the_engine_in_a_passing_thread(monkeypatch):
 
     monkeypatch.setattr(app, "LLMEngine", engine)
     with pytest.raises(RuntimeError, match="stop before serving"):
-        app.start_server(EngineConfig(model="unused"), port=0)
+        app.start_server(EngineConfig(model="unused", **config), port=0)
     (thread,) = loaded_in
+    return thread
+
+
+def test_start_server_loads_the_engine_in_a_passing_thread(monkeypatch):
+    thread = _loading_thread(monkeypatch)
     assert thread.name == "agentix-load" and thread is not threading.current_thread()
     assert not thread.is_alive()
 
 
 def test_with_tensor_parallel_workers_the_engine_loads_in_the_calling_thread(monkeypatch):
     """A worker's parent-death signal fires when the thread that started it ends."""
-    from engine import EngineConfig
-    from server import app
-
-    loaded_in: list[threading.Thread] = []
-
-    def engine(config):
-        loaded_in.append(threading.current_thread())
-        raise RuntimeError("stop before serving")
-
-    monkeypatch.setattr(app, "LLMEngine", engine)
-    with pytest.raises(RuntimeError, match="stop before serving"):
-        app.start_server(EngineConfig(model="unused", tensor_parallel_size=2), port=0)
-    assert loaded_in == [threading.current_thread()]
+    assert _loading_thread(monkeypatch, tensor_parallel_size=2) is threading.current_thread()
