@@ -113,7 +113,7 @@ class Call:
         p = self.params
         if token in p.stop_token_ids or (not p.ignore_eos and token in self.eos_token_ids):
             return FinishReason.STOP
-        if len(self.all_token_ids) >= self._token_limit:  # num_remaining_tokens <= 0
+        if self.num_remaining_tokens <= 0:
             return FinishReason.LENGTH
         return None
 

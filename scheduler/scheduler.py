@@ -747,10 +747,9 @@ def _token_counts(chunks: Sequence[ScheduledChunk]) -> tuple[int, int]:
     """(prefill tokens, all tokens) of a step's chunks, in one pass."""
     prefill = total = 0
     for chunk in chunks:
-        n = chunk.num_tokens
-        total += n
-        if n != 1 or not chunk.samples:  # not chunk.is_decode, inlined: once per chunk
-            prefill += n
+        total += chunk.num_tokens
+        if not chunk.is_decode:
+            prefill += chunk.num_tokens
     return prefill, total
 
 

@@ -337,7 +337,7 @@ def _load_engine(config: EngineConfig) -> LLMEngine:
     thread that started it ends."""
     if config.tensor_parallel_size > 1:
         return LLMEngine(config)
-    return in_passing_thread(lambda: LLMEngine(config), name="agentix-load")
+    return in_passing_thread(lambda: LLMEngine(config))
 
 
 def serve_forever(config: EngineConfig, options: ServeOptions,

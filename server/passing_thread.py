@@ -18,7 +18,7 @@ from typing import Callable, TypeVar
 T = TypeVar("T")
 
 
-def in_passing_thread(work: Callable[[], T], name: str = "agentix-start") -> T:
+def in_passing_thread(work: Callable[[], T], name: str = "agentix-load") -> T:
     """`work()`, run in a new thread (a daemon, named `name`) that ends before this returns;
     its result, or what it raised, re-raised here with its traceback."""
     results: list[T] = []

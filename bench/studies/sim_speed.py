@@ -118,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     commit = current_commit(REPO)  # before the runs: what was measured
     command = sim_command(args)
     print("command: python -m server.cli", " ".join(command[3:]))
-    ratios, sim_ratios, mismatched = [], [], set()
+    mismatched: set[str] = set()
+    # tree -> "process" or "simulate" -> seconds per round
     seconds: dict[str, dict[str, list[float]]] = {
         tree: {"process": [], "simulate": []} for tree in ("base", "head")}
     with tempfile.TemporaryDirectory(prefix="sim_speed_") as folder:
@@ -133,16 +134,17 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"round {round_ + 1}: figures that differ (base -> head):\n"
                       + differences(runs["base"][1], runs["head"][1], differing))
             mismatched.update(differing)
-            ratios.append(runs["base"][0] / runs["head"][0])
-            sim = {name: runs[name][1]["sim_wall_seconds"] for name in trees}
-            sim_ratios.append(sim["base"] / sim["head"])
             for name in trees:
                 seconds[name]["process"].append(runs[name][0])
-                seconds[name]["simulate"].append(sim[name])
-            print(f"round {round_ + 1} ({' then '.join(order)}): base {runs['base'][0]:.1f} s, "
-                  f"head {runs['head'][0]:.1f} s, ratio {ratios[-1]:.2f}x; simulate() alone "
-                  f"(sim_wall_seconds) base {sim['base']:.1f} s, head {sim['head']:.1f} s, "
-                  f"ratio {sim_ratios[-1]:.2f}x")
+                seconds[name]["simulate"].append(runs[name][1]["sim_wall_seconds"])
+            base, head = (
+                {kind: times[-1] for kind, times in seconds[name].items()} for name in trees)
+            print(f"round {round_ + 1} ({' then '.join(order)}): base {base['process']:.1f} s, "
+                  f"head {head['process']:.1f} s, ratio {base['process'] / head['process']:.2f}x; "
+                  f"simulate() alone (sim_wall_seconds) base {base['simulate']:.1f} s, head "
+                  f"{head['simulate']:.1f} s, ratio {base['simulate'] / head['simulate']:.2f}x")
+    ratios, sim_ratios = ([b / h for b, h in zip(seconds["base"][kind], seconds["head"][kind])]
+                          for kind in ("process", "simulate"))
     for what, values in (("ratio base/head", ratios), ("simulate() alone", sim_ratios)):
         print(f"{what}: min {min(values):.2f}x, median {statistics.median(values):.2f}x, "
               f"max {max(values):.2f}x")
