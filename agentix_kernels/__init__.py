@@ -5,7 +5,9 @@ depends on Hugging Face's own `kernels` package, which a top-level `kernels` her
 
 Each op runs its Triton kernel when all its tensors are on CUDA and its plain-torch reference
 otherwise (CPU, or any mix of devices). Triton is optional: without it every op uses the
-reference, so a CPU-only install works.
+reference, so a CPU-only install works. One exception: float32 decode attention on the CPU
+runs a native C kernel (`agentix_kernels.native`, built on first use) when the library can be
+built; `AGENTIX_NATIVE_CPU=0` turns it off.
 Contracts (details in each module's docstring):
 
 - `store_kvcache(key, value, k_cache, v_cache, slot_mapping) -> None`: writes key/value
@@ -34,6 +36,7 @@ import importlib.util
 import torch
 
 from agentix_kernels import block_copy, decode_attention, prefill_attention, store_kv
+from agentix_kernels.native import decode_attention as native_decode_attention
 
 # Whether triton is installed, found without importing it: importing `agentix_kernels` never imports
 # triton (the Triton modules load on the first CUDA call), so TRITON_INTERPRET may still be set
@@ -74,6 +77,9 @@ def paged_decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: 
     args = (query, k_cache, v_cache, block_tables, context_lens)
     if _on_cuda(*args):
         return decode_attention.paged_decode_attention(*args, scale, window)
+    if native_decode_attention.supports(*args):
+        group = decode_attention.check_shapes(*args)
+        return native_decode_attention.paged_decode_attention(*args, scale, group, window)
     return decode_attention.paged_decode_attention_ref(*args, scale, step_cache, window)
 
 

@@ -1,6 +1,6 @@
 """Paged decode attention: one new query token per sequence over its paged K/V (with GQA).
 
-Contract (both implementations):
+Contract (every implementation: the torch reference, Triton, the native CPU kernel):
     query:        [batch, num_q_heads, head_dim], the LAST token of each sequence (its K/V is
                   already in the cache)
     k_cache, v_cache: [num_blocks, block_size, num_kv_heads, head_dim], any strides
@@ -29,7 +29,7 @@ from agentix_kernels.shapes import check_query_and_cache
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
 
 
-def _check(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+def check_shapes(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
            block_tables: torch.Tensor, context_lens: torch.Tensor) -> int:
     """Validate shapes; return the GQA group size (query heads per kv head)."""
     group = check_query_and_cache(query, k_cache, v_cache, "batch")
@@ -126,7 +126,7 @@ def paged_decode_attention_ref(query: torch.Tensor, k_cache: torch.Tensor, v_cac
     and lengths); the `DecodeIndex` is built in the first layer and reused by the others whose
     caches have the same layout (the layers' views of one KV tensor do).
     """
-    group = _check(query, k_cache, v_cache, block_tables, context_lens)
+    group = check_shapes(query, k_cache, v_cache, block_tables, context_lens)
     batch, num_q_heads, head_dim = query.shape
     block_size = k_cache.shape[1]
     lens = context_lens.to(device=query.device, dtype=torch.long)
@@ -217,7 +217,7 @@ def paged_decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: 
     Requires block_size to be a power of two (the kernel tiles the context by blocks). Tensors
     on CUDA, or on CPU under TRITON_INTERPRET=1.
     """
-    group = _check(query, k_cache, v_cache, block_tables, context_lens)
+    group = check_shapes(query, k_cache, v_cache, block_tables, context_lens)
     block_size = k_cache.shape[1]
     if block_size & (block_size - 1):
         raise ValueError(f"block_size must be a power of two for the Triton kernel, got "

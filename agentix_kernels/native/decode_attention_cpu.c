@@ -1,0 +1,130 @@
+/* Paged decode attention on the CPU, float32: the native path of
+ * `agentix_kernels.paged_decode_attention` (contract in agentix_kernels/decode_attention.py).
+ *
+ * One OpenMP task per batch row walks the row's blocks in order and, inside a block, its
+ * slots in order with every query head at each slot, so the K and V it reads are contiguous
+ * runs (a slot's kv heads lie side by side). Softmax is online (flash-style): a running max
+ * and sum per query head, the accumulator rescaled when a block raises the max. Only the
+ * context's slots are read (and, with a window, only the window's). Plain C, left to the
+ * compiler to vectorize; built by agentix_kernels/native/build.py.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Below every finite score; not -INFINITY, so the build may assume finite math. */
+#define NO_SCORE_YET (-1e30f)
+
+/* Per-thread scratch: acc [heads][dim], scores [heads][block_size], max and sum [heads]. */
+typedef struct {
+  float* acc;
+  float* scores;
+  float* max;
+  float* sum;
+} scratch_t;
+
+static inline __attribute__((always_inline)) void attend_row(
+    const float* q, const float* k_cache, const float* v_cache, int64_t block_stride,
+    int64_t slot_stride, int64_t head_stride, const int32_t* table, int64_t len,
+    int64_t heads, int64_t group, const int64_t dim, int64_t block_size, float scale,
+    int64_t window, float* out, scratch_t s) {
+  if (len <= 0) {
+    memset(out, 0, sizeof(float) * heads * dim);
+    return;
+  }
+  for (int64_t h = 0; h < heads; h++) {
+    s.max[h] = NO_SCORE_YET;
+    s.sum[h] = 0.f;
+  }
+  memset(s.acc, 0, sizeof(float) * heads * dim);
+  int64_t first = window > 0 && len > window ? len - window : 0;
+  for (int64_t j = first / block_size; j * block_size < len; j++) {
+    const float* kb = k_cache + (int64_t)table[j] * block_stride;
+    const float* vb = v_cache + (int64_t)table[j] * block_stride;
+    int64_t start = j * block_size;
+    int64_t lo = first > start ? first - start : 0;
+    int64_t hi = len - start < block_size ? len - start : block_size;
+    for (int64_t t = lo; t < hi; t++) {
+      for (int64_t h = 0; h < heads; h++) {
+        const float* qh = q + h * dim;
+        const float* key = kb + t * slot_stride + (h / group) * head_stride;
+        float dot = 0.f;
+#pragma omp simd reduction(+ : dot)
+        for (int64_t d = 0; d < dim; d++) dot += qh[d] * key[d];
+        s.scores[h * block_size + t] = dot * scale;
+      }
+    }
+    for (int64_t h = 0; h < heads; h++) {
+      float* sc = s.scores + h * block_size;
+      float peak = s.max[h];
+      for (int64_t t = lo; t < hi; t++) peak = sc[t] > peak ? sc[t] : peak;
+      float kept = expf(s.max[h] - peak);
+      float total = 0.f;
+#pragma omp simd reduction(+ : total)
+      for (int64_t t = lo; t < hi; t++) {
+        float p = expf(sc[t] - peak);
+        sc[t] = p;
+        total += p;
+      }
+      s.max[h] = peak;
+      s.sum[h] = s.sum[h] * kept + total;
+      if (kept != 1.f)
+        for (int64_t d = 0; d < dim; d++) s.acc[h * dim + d] *= kept;
+    }
+    for (int64_t t = lo; t < hi; t++) {
+      for (int64_t h = 0; h < heads; h++) {
+        const float* value = vb + t * slot_stride + (h / group) * head_stride;
+        float* acc = s.acc + h * dim;
+        float p = s.scores[h * block_size + t];
+#pragma omp simd
+        for (int64_t d = 0; d < dim; d++) acc[d] += p * value[d];
+      }
+    }
+  }
+  for (int64_t h = 0; h < heads; h++) {
+    float inv = 1.f / s.sum[h];
+    for (int64_t d = 0; d < dim; d++) out[h * dim + d] = s.acc[h * dim + d] * inv;
+  }
+}
+
+/* query and out: contiguous [batch, heads, dim]; caches: [blocks, block_size, kv_heads, dim]
+ * with element strides block_stride, slot_stride, head_stride (and 1 along dim), the same for
+ * K and V; tables: int32 rows of table_stride; lens: int32 [batch]. Returns 0, or -1 when the
+ * scratch could not be allocated (out is then undefined). */
+int paged_decode_attention_f32(const float* query, const float* k_cache, const float* v_cache,
+                               int64_t block_stride, int64_t slot_stride, int64_t head_stride,
+                               const int32_t* tables, int64_t table_stride,
+                               const int32_t* lens, int64_t batch, int64_t heads,
+                               int64_t kv_heads, int64_t dim, int64_t block_size, float scale,
+                               int64_t window, int threads, float* out) {
+  int64_t group = heads / kv_heads;
+  int failed = 0;
+#pragma omp parallel num_threads(threads) reduction(| : failed)
+  {
+    size_t floats = (size_t)(heads * dim + heads * block_size + 2 * heads);
+    float* buffer = malloc(floats * sizeof(float));
+    scratch_t s = {buffer, buffer + heads * dim, buffer + heads * dim + heads * block_size,
+                   buffer + heads * dim + heads * block_size + heads};
+    failed = buffer == NULL;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t r = 0; r < batch; r++) {
+      if (failed) continue;
+      const float* q = query + r * heads * dim;
+      const int32_t* table = tables + r * table_stride;
+      float* o = out + r * heads * dim;
+      /* The common head sizes get loops of constant length. */
+      if (dim == 64)
+        attend_row(q, k_cache, v_cache, block_stride, slot_stride, head_stride, table, lens[r],
+                   heads, group, 64, block_size, scale, window, o, s);
+      else if (dim == 128)
+        attend_row(q, k_cache, v_cache, block_stride, slot_stride, head_stride, table, lens[r],
+                   heads, group, 128, block_size, scale, window, o, s);
+      else
+        attend_row(q, k_cache, v_cache, block_stride, slot_stride, head_stride, table, lens[r],
+                   heads, group, dim, block_size, scale, window, o, s);
+    }
+    free(buffer);
+  }
+  return failed ? -1 : 0;
+}
