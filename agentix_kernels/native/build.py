@@ -108,5 +108,5 @@ def _declare(library: ctypes.CDLL) -> None:
     pointer, i64 = ctypes.c_void_p, ctypes.c_int64
     fn = library.paged_decode_attention_f32
     fn.restype = ctypes.c_int
-    fn.argtypes = [pointer, pointer, pointer, i64, i64, i64, pointer, i64, pointer, i64, i64,
-                   i64, i64, i64, ctypes.c_float, i64, ctypes.c_int, pointer]
+    fn.argtypes = [pointer, pointer, pointer, i64, i64, i64, i64, pointer, i64, i64, pointer,
+                   i64, i64, i64, i64, i64, ctypes.c_float, i64, ctypes.c_int, pointer]

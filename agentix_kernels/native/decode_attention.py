@@ -13,6 +13,9 @@ import torch
 
 from agentix_kernels.native.build import native_library
 
+# The kernel's status for tables that do not fit the cache (KERNEL_BAD_TABLES in the C source).
+_BAD_TABLES = 2
+
 
 def supports(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
              block_tables: torch.Tensor, context_lens: torch.Tensor) -> bool:
@@ -28,7 +31,9 @@ def paged_decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: 
                            block_tables: torch.Tensor, context_lens: torch.Tensor,
                            scale: float, group: int, window: int = 0) -> torch.Tensor:
     """Natively; the caller validated shapes (`group` = query heads per kv head) and
-    `supports(...)`. Raises MemoryError when the kernel cannot allocate its scratch."""
+    `supports(...)`. Raises ValueError, before reading the cache, when a context length is
+    negative or longer than its table row, or a block id it reads is not a cache block;
+    MemoryError when the kernel cannot allocate its scratch."""
     batch, heads, dim = query.shape
     query = query.contiguous()
     tables = block_tables.to(torch.int32).contiguous()
@@ -37,9 +42,14 @@ def paged_decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: 
     if batch == 0:
         return out
     status = native_library().paged_decode_attention_f32(
-        query.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), *k_cache.stride()[:3],
-        tables.data_ptr(), tables.stride(0), lens.data_ptr(), batch, heads, heads // group, dim,
-        k_cache.shape[1], scale, window, torch.get_num_threads(), out.data_ptr())
+        query.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), k_cache.shape[0],
+        *k_cache.stride()[:3], tables.data_ptr(), tables.shape[1], tables.stride(0),
+        lens.data_ptr(), batch, heads, heads // group, dim, k_cache.shape[1], scale, window,
+        torch.get_num_threads(), out.data_ptr())
+    if status == _BAD_TABLES:
+        raise ValueError(f"block_tables/context_lens do not fit the cache: every context_len "
+                         f"must be in [0, {tables.shape[1]} blocks x {k_cache.shape[1]}] and "
+                         f"every block it reads in [0, {k_cache.shape[0]})")
     if status != 0:
         raise MemoryError("native paged_decode_attention could not allocate its scratch")
     return out

@@ -88,16 +88,32 @@ static inline __attribute__((always_inline)) void attend_row(
   }
 }
 
-/* query and out: contiguous [batch, heads, dim]; caches: [blocks, block_size, kv_heads, dim]
- * with element strides block_stride, slot_stride, head_stride (and 1 along dim), the same for
- * K and V; tables: int32 rows of table_stride; lens: int32 [batch]. Returns 0, or -1 when the
- * scratch could not be allocated (out is then undefined). */
+/* Whether row r's context fits its table and every block it reads is one of num_blocks. */
+static int row_is_valid(const int32_t* table, int64_t width, int64_t len, int64_t block_size,
+                        int64_t num_blocks) {
+  if (len < 0 || len > width * block_size) return 0;
+  for (int64_t j = 0; j * block_size < len; j++)
+    if (table[j] < 0 || table[j] >= num_blocks) return 0;
+  return 1;
+}
+
+/* query and out: contiguous [batch, heads, dim]; caches: [num_blocks, block_size, kv_heads,
+ * dim] with element strides block_stride, slot_stride, head_stride (and 1 along dim), the
+ * same for K and V; tables: int32 [batch, width] rows of table_stride; lens: int32 [batch].
+ * Returns 0; KERNEL_NO_MEMORY when the scratch could not be allocated; KERNEL_BAD_TABLES when
+ * a context is negative or longer than its table, or a block id it reads is out of range
+ * (checked for every row before any is read). On an error, out is undefined. */
+#define KERNEL_NO_MEMORY 1
+#define KERNEL_BAD_TABLES 2
 int paged_decode_attention_f32(const float* query, const float* k_cache, const float* v_cache,
-                               int64_t block_stride, int64_t slot_stride, int64_t head_stride,
-                               const int32_t* tables, int64_t table_stride,
-                               const int32_t* lens, int64_t batch, int64_t heads,
-                               int64_t kv_heads, int64_t dim, int64_t block_size, float scale,
-                               int64_t window, int threads, float* out) {
+                               int64_t num_blocks, int64_t block_stride, int64_t slot_stride,
+                               int64_t head_stride, const int32_t* tables, int64_t width,
+                               int64_t table_stride, const int32_t* lens, int64_t batch,
+                               int64_t heads, int64_t kv_heads, int64_t dim, int64_t block_size,
+                               float scale, int64_t window, int threads, float* out) {
+  for (int64_t r = 0; r < batch; r++)
+    if (!row_is_valid(tables + r * table_stride, width, lens[r], block_size, num_blocks))
+      return KERNEL_BAD_TABLES;
   int64_t group = heads / kv_heads;
   int failed = 0;
 #pragma omp parallel num_threads(threads) reduction(| : failed)
@@ -126,5 +142,5 @@ int paged_decode_attention_f32(const float* query, const float* k_cache, const f
     }
     free(buffer);
   }
-  return failed ? -1 : 0;
+  return failed ? KERNEL_NO_MEMORY : 0;
 }

@@ -138,3 +138,18 @@ def test_a_failed_build_names_the_compiler_error(fresh_build, monkeypatch):
 def test_turned_off_by_the_environment(fresh_build, monkeypatch):
     monkeypatch.setenv("AGENTIX_NATIVE_CPU", "0")
     assert build.native_library() is None
+
+
+@pytest.mark.parametrize("table_entry,length", [
+    pytest.param(99, 5, id="block id past the cache"),
+    pytest.param(-3, 5, id="negative block id"),
+    pytest.param(1, 17, id="context longer than its table row"),
+    pytest.param(1, -1, id="negative context"),
+])
+def test_tables_that_do_not_fit_the_cache_are_refused(table_entry, length, make_paged_kv):
+    kv = make_paged_kv([5, 9], block_size=8, num_kv_heads=2, head_dim=16, dtype=torch.float32)
+    tables, lens = kv.block_tables.clone(), kv.context_lens.clone()
+    tables[1, 0], lens[1] = table_entry, length
+    q = torch.randn(2, 4, 16)
+    with pytest.raises(ValueError, match="do not fit the cache"):
+        native.paged_decode_attention(q, kv.k_cache, kv.v_cache, tables, lens, 0.25, 2)
