@@ -8,7 +8,7 @@ never two runtimes fighting over the cores). The library is cached under
 flags, the compiler and the CPU, and written by an atomic rename (processes may build at once).
 
 Returns None, after one warning, when the library cannot be had: no compiler, a failed build,
-no OpenMP runtime in the process (not Linux, or a torch without OpenMP), or
+no OpenMP runtime under torch (not Linux, or a torch without OpenMP), or
 `AGENTIX_NATIVE_CPU=0` in the environment. Callers then use the torch references.
 """
 
@@ -18,7 +18,6 @@ import ctypes
 import functools
 import hashlib
 import os
-import re
 import subprocess
 import tempfile
 import warnings
@@ -28,7 +27,6 @@ import torch
 
 SOURCE = Path(__file__).with_name("decode_attention_cpu.c")
 CFLAGS = ("-O3", "-march=native", "-ffast-math", "-fPIC", "-std=c11")
-_OPENMP_RUNTIME = re.compile(r"/lib(gomp|iomp5|omp)[^/]*\.so[^/]*$")
 
 
 @functools.cache
@@ -77,17 +75,26 @@ def _compile(compiler: str, runtime: str, target: Path) -> None:
 
 
 def openmp_runtime() -> str:
-    """The path of the OpenMP runtime loaded in this process (torch's)."""
-    torch.get_num_threads()  # torch is imported, so its runtime is mapped
+    """The path of the OpenMP runtime torch's own library uses (other packages may map
+    their own copies, e.g. sentencepiece's libgomp): where `omp_get_max_threads`, looked up
+    from libtorch_cpu, resolves."""
+    torch_cpu = Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"
     try:
-        maps = Path("/proc/self/maps").read_text()
-    except OSError as exc:
-        raise RuntimeError(f"cannot read /proc/self/maps to find the OpenMP runtime: {exc}")
-    for line in maps.splitlines():
-        path = line.split()[-1]
-        if _OPENMP_RUNTIME.search(path):
-            return path
-    raise RuntimeError("no OpenMP runtime is loaded in this process")
+        address = ctypes.cast(ctypes.CDLL(str(torch_cpu)).omp_get_max_threads,
+                              ctypes.c_void_p).value
+    except (OSError, AttributeError) as exc:
+        raise RuntimeError(f"cannot find the OpenMP runtime of {torch_cpu}: {exc}") from exc
+    info = _DlInfo()
+    if not ctypes.CDLL(None).dladdr(ctypes.c_void_p(address), ctypes.byref(info)):
+        raise RuntimeError("dladdr cannot name the library of torch's omp_get_max_threads")
+    return os.fsdecode(info.dli_fname)
+
+
+class _DlInfo(ctypes.Structure):
+    """glibc's `Dl_info`, filled by `dladdr`."""
+
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
 
 
 def _cpu_flags() -> str:
