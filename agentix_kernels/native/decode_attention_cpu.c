@@ -88,11 +88,13 @@ static inline __attribute__((always_inline)) void attend_row(
   }
 }
 
-/* Whether row r's context fits its table and every block it reads is one of num_blocks. */
+/* Whether a row's context fits its table and every block it reads (from the window's first,
+ * with a window) is one of num_blocks. */
 static int row_is_valid(const int32_t* table, int64_t width, int64_t len, int64_t block_size,
-                        int64_t num_blocks) {
+                        int64_t window, int64_t num_blocks) {
   if (len < 0 || len > width * block_size) return 0;
-  for (int64_t j = 0; j * block_size < len; j++)
+  int64_t first = window > 0 && len > window ? len - window : 0;
+  for (int64_t j = first / block_size; j * block_size < len; j++)
     if (table[j] < 0 || table[j] >= num_blocks) return 0;
   return 1;
 }
@@ -112,7 +114,8 @@ int paged_decode_attention_f32(const float* query, const float* k_cache, const f
                                int64_t heads, int64_t kv_heads, int64_t dim, int64_t block_size,
                                float scale, int64_t window, int threads, float* out) {
   for (int64_t r = 0; r < batch; r++)
-    if (!row_is_valid(tables + r * table_stride, width, lens[r], block_size, num_blocks))
+    if (!row_is_valid(tables + r * table_stride, width, lens[r], block_size, window,
+                      num_blocks))
       return KERNEL_BAD_TABLES;
   int64_t group = heads / kv_heads;
   int failed = 0;

@@ -161,3 +161,14 @@ def test_tables_that_do_not_fit_the_cache_are_refused(table_entry, length, make_
     q = torch.randn(2, 4, 16)
     with pytest.raises(ValueError, match="do not fit the cache"):
         native.paged_decode_attention(q, kv.k_cache, kv.v_cache, tables, lens, 0.25, 2)
+
+
+def test_blocks_before_the_window_are_never_read_nor_checked(make_paged_kv, naive_attention,
+                                                            assert_close):
+    kv = make_paged_kv([30], block_size=8, num_kv_heads=2, head_dim=16, dtype=torch.float32)
+    tables = kv.block_tables.clone()
+    tables[0, 0] = 10**6  # a block wholly before the 6-key window: not a cache block
+    q = torch.randn(1, 4, 16)
+    out = native.paged_decode_attention(q, kv.k_cache, kv.v_cache, tables, kv.context_lens,
+                                        0.25, 2, window=6)
+    assert_close(out[0], naive_attention(q, kv.dense_k[0], kv.dense_v[0], 0.25, 6)[0].float())
