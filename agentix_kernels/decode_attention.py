@@ -111,7 +111,8 @@ def paged_decode_attention_ref(query: torch.Tensor, k_cache: torch.Tensor, v_cac
                                block_tables: torch.Tensor, context_lens: torch.Tensor,
                                scale: float, step_cache: dict | None = None,
                                window: int = 0) -> torch.Tensor:
-    """Torch reference of `paged_decode_attention` (the CPU hot path), reading K/V in place.
+    """Torch reference of `paged_decode_attention` (the CPU path for what the native kernel
+    does not take), reading K/V in place.
 
     Every (row, query head) is one CSR row over the slots of its row's blocks, as rows of a
     flat `[slots, head_dim]` view of the cache storage: one `sampled_addmm` gives all q.k scores

@@ -16,6 +16,11 @@
 /* Below every finite score; not -INFINITY, so the build may assume finite math. */
 #define NO_SCORE_YET (-1e30f)
 
+/* The position of a row's first key read: the window's first, with a window. */
+static inline int64_t first_key(int64_t len, int64_t window) {
+  return window > 0 && len > window ? len - window : 0;
+}
+
 /* Per-thread scratch: acc [heads][dim], scores [heads][block_size], max and sum [heads]. */
 typedef struct {
   float* acc;
@@ -38,7 +43,7 @@ static inline __attribute__((always_inline)) void attend_row(
     s.sum[h] = 0.f;
   }
   memset(s.acc, 0, sizeof(float) * heads * dim);
-  int64_t first = window > 0 && len > window ? len - window : 0;
+  int64_t first = first_key(len, window);
   for (int64_t j = first / block_size; j * block_size < len; j++) {
     const float* kb = k_cache + (int64_t)table[j] * block_stride;
     const float* vb = v_cache + (int64_t)table[j] * block_stride;
@@ -93,7 +98,7 @@ static inline __attribute__((always_inline)) void attend_row(
 static int row_is_valid(const int32_t* table, int64_t width, int64_t len, int64_t block_size,
                         int64_t window, int64_t num_blocks) {
   if (len < 0 || len > width * block_size) return 0;
-  int64_t first = window > 0 && len > window ? len - window : 0;
+  int64_t first = first_key(len, window);
   for (int64_t j = first / block_size; j * block_size < len; j++)
     if (table[j] < 0 || table[j] >= num_blocks) return 0;
   return 1;
