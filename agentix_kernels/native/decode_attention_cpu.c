@@ -5,8 +5,9 @@
  * slots in order with every query head at each slot, so the K and V it reads are contiguous
  * runs (a slot's kv heads lie side by side). Softmax is online (flash-style): a running max
  * and sum per query head, the accumulator rescaled when a block raises the max. Only the
- * context's slots are read (and, with a window, only the window's). Plain C, left to the
- * compiler to vectorize; built by agentix_kernels/native/build.py.
+ * context's slots are read (and, with a window, only the window's). While it works on a slot
+ * of one block it asks for the same slot of the row's next block (`prefetch_slot`). Plain C,
+ * left to the compiler to vectorize; built by agentix_kernels/native/build.py.
  */
 #include <math.h>
 #include <stdint.h>
@@ -19,6 +20,17 @@
 /* The position of a row's first key read: the window's first, with a window. */
 static inline int64_t first_key(int64_t len, int64_t window) {
   return window > 0 && len > window ? len - window : 0;
+}
+
+/* Ask the CPU to bring `floats` floats from `from` towards its L2 cache; a hint only (nothing
+ * is read, no address can fault). A cache block holds every layer's K and V
+ * (kvcache/kv_tensor.py), so one layer's K or V of a block is a short run far from the
+ * previous block's, which the hardware prefetcher cannot see coming; asked one block ahead,
+ * the next block's slots arrive while this block's are computed on. */
+static inline void prefetch_slot(const float* from, int64_t floats) {
+  const char* bytes = (const char*)from;
+  for (int64_t at = 0; at < floats * (int64_t)sizeof(float); at += 64) /* a cache line */
+    __builtin_prefetch(bytes + at, 0, 1);
 }
 
 /* Per-thread scratch: acc [heads][dim], scores [heads][block_size], max and sum [heads]. */
@@ -44,13 +56,18 @@ static inline __attribute__((always_inline)) void attend_row(
   }
   memset(s.acc, 0, sizeof(float) * heads * dim);
   int64_t first = first_key(len, window);
+  int64_t slot_floats = (heads / group - 1) * head_stride + dim; /* a slot's kv heads */
   for (int64_t j = first / block_size; j * block_size < len; j++) {
     const float* kb = k_cache + (int64_t)table[j] * block_stride;
     const float* vb = v_cache + (int64_t)table[j] * block_stride;
     int64_t start = j * block_size;
     int64_t lo = first > start ? first - start : 0;
     int64_t hi = len - start < block_size ? len - start : block_size;
+    int has_next = start + block_size < len;
+    const float* next_kb = has_next ? k_cache + (int64_t)table[j + 1] * block_stride : NULL;
+    const float* next_vb = has_next ? v_cache + (int64_t)table[j + 1] * block_stride : NULL;
     for (int64_t t = lo; t < hi; t++) {
+      if (has_next) prefetch_slot(next_kb + t * slot_stride, slot_floats);
       for (int64_t h = 0; h < heads; h++) {
         const float* qh = q + h * dim;
         const float* key = kb + t * slot_stride + (h / group) * head_stride;
@@ -78,6 +95,7 @@ static inline __attribute__((always_inline)) void attend_row(
         for (int64_t d = 0; d < dim; d++) s.acc[h * dim + d] *= kept;
     }
     for (int64_t t = lo; t < hi; t++) {
+      if (has_next) prefetch_slot(next_vb + t * slot_stride, slot_floats);
       for (int64_t h = 0; h < heads; h++) {
         const float* value = vb + t * slot_stride + (h / group) * head_stride;
         float* acc = s.acc + h * dim;
