@@ -22,8 +22,10 @@ state, on several seeds (issue 39, item 2).
 from __future__ import annotations
 
 import math
+import multiprocessing
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from bench.analysis.capacity import search
 from bench.analysis.sweep import SweepPoint
@@ -39,6 +41,7 @@ SEEDS = (0, 1, 2)
 FLAT_GROWTH = 0.1
 ALL = "all"
 KNEE_POLICY = "optimized"
+MAX_JOBS = 64
 
 
 def default_steady() -> SteadyConfig:
@@ -141,32 +144,67 @@ def run_fixed_load(workload: str, policies: Sequence[str], config: FixedLoadConf
                    model: str = "llama-3.1-8b",
                    engine_overrides: dict[str, Any] | None = None,
                    on_run: Callable[[FixedRun], None] | None = None,
-                   done_before: Mapping[tuple[int, float, str], FixedRun] | None = None
-                   ) -> list[FixedRun]:
-    """Every (seed, fraction, policy), in that nesting order; `on_run` sees each run as it
-    ends (progress, or saving as it goes). `done_before`: runs of the same study settings
-    by (seed, fraction, policy), taken as they are instead of simulated again (the
-    simulator is deterministic, so they are what a new run would give)."""
+                   done_before: Mapping[tuple[int, float, str], FixedRun] | None = None,
+                   jobs: int = 1) -> list[FixedRun]:
+    """Every (seed, fraction, policy), returned in that nesting order; `on_run` sees each run
+    as it ends (progress, or saving as it goes). `done_before`: runs of the same study
+    settings by (seed, fraction, policy), taken as they are instead of simulated again (the
+    simulator is deterministic, so they are what a new run would give). `jobs`: how many runs
+    simulate at once, each in a worker process of its own (1: one after another, here). The
+    runs are the same whatever `jobs`; with more than one, `on_run` sees them in the order
+    they end, and the first run that fails cancels those not started."""
     if not policies:
         raise ValueError("policies: must not be empty")
-    done_before = done_before or {}
-    runs = []
+    if not 1 <= jobs <= MAX_JOBS:
+        raise ValueError(f"jobs: must be in [1, {MAX_JOBS}], got {jobs}")
+    report = on_run or (lambda run: None)
+    planned = _planned(workload, policies, config, arrivals, preset, model, engine_overrides,
+                       done_before or {})
+    if jobs == 1:
+        runs = []
+        for done, job in planned:
+            runs.append(done or _run_one(*job))
+            report(runs[-1])
+        return runs
+    pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        futures = [_done(done) if done else pool.submit(_run_one, *job) for done, job in planned]
+        for future in as_completed(futures):
+            report(future.result())
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    return [future.result() for future in futures]
+
+
+def _planned(workload: str, policies: Sequence[str], config: FixedLoadConfig,
+             arrivals: ArrivalProcess, preset: str, model: str,
+             engine_overrides: dict[str, Any] | None,
+             done_before: Mapping[tuple[int, float, str], FixedRun]
+             ) -> Iterator[tuple[FixedRun | None, tuple[Any, ...]]]:
+    """For each (seed, fraction, policy) in nesting order: its run done before (and no job),
+    or None and the arguments of `_run_one` (one trace per seed, generated when the seed's
+    first job is reached)."""
     for seed in config.seeds:
         traces = TracePrefixes(workload, seed, arrivals)
         for fraction in config.fractions:
             rate = config.rate(fraction)
-            base = None
             for policy in policies:
-                run = done_before.get((seed, fraction, policy))
-                if run is None:
-                    if base is None:
-                        base = traces.first(config.steady.total_programs(rate))
-                    run = _run_one(workload, base, seed, fraction, rate, policy, config,
-                                   preset, model, engine_overrides)
-                runs.append(run)
-                if on_run is not None:
-                    on_run(run)
-    return runs
+                done = done_before.get((seed, fraction, policy))
+                if done is not None:
+                    yield done, ()
+                    continue
+                base = traces.first(config.steady.total_programs(rate))
+                yield None, (workload, base, seed, fraction, rate, policy, config, preset,
+                             model, engine_overrides)
+
+
+def _done(run: FixedRun) -> Future[FixedRun]:
+    """A future already holding `run`."""
+    future: Future[FixedRun] = Future()
+    future.set_result(run)
+    return future
 
 
 def _run_one(workload: str, base: Trace, seed: int, fraction: float, rate: float,

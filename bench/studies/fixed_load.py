@@ -7,7 +7,7 @@ intervals (issue 39, items 2 and 4; the method: `bench.analysis.fixed_load`).
     python -m bench.studies.fixed_load run --workload W --knee K --name NAME
         [--knee-source TEXT] [--policies defaults,pfcfs,...] [--fractions 0.7,0.85,0.95]
         [--seeds 0,1,2] [--arrivals A] [--memory-pressure P] [--out bench/results/fixed_load]
-        [--reuse OLD.runs.json]
+        [--reuse OLD.runs.json] [--jobs N]
     python -m bench.studies.fixed_load report --runs bench/results/fixed_load/NAME.runs.json
 
 `knee` prints the highest steady rate of `--policy` (default `optimized`) on `--seed` (0);
@@ -20,6 +20,9 @@ beside it and the study's rows for bench/REPORT.md
 (`bench/results/report/fixed_load_NAME.json`). `report` rewrites both from a saved runs file.
 `run --reuse OLD.runs.json` takes the runs an earlier study with the same settings has (to
 add a policy without simulating the others again; the saved file may be the one rewritten).
+`run --jobs N` simulates N runs at once, each in its own process: the same runs (the simulator
+is deterministic), saved as they end and rewritten in order at the end; each run's
+`sim_wall_seconds` then shares the machine.
 Simulated A100-80GB + Llama-3.1-8B unless `--preset`/`--model` say. Workloads whose programs
 last minutes (`coding_swe`, `mapreduce`) need a warm-up of at least twice their time in system
 and a long tail (`--warmup-seconds 1000`/`2000 --tail-seconds 5000`: with the default 600 s
@@ -38,8 +41,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
 
-from bench.analysis.fixed_load import (ALL, FLAT_GROWTH, FRACTIONS, SEEDS, FixedLoadConfig,
-                                       FixedRun, default_steady, find_knee, run_fixed_load)
+from bench.analysis.fixed_load import (ALL, FLAT_GROWTH, FRACTIONS, MAX_JOBS, SEEDS,
+                                       FixedLoadConfig, FixedRun, default_steady, find_knee,
+                                       run_fixed_load)
 from bench.analysis.fixed_load_report import FIGURES, FixedLoadRuns, backlog_cells, markdown
 from bench.analysis.knee_record import knee_row, merged_record, record_command
 from bench.analysis.steady_state import SteadyConfig
@@ -155,8 +159,11 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> None:
               f"{run.backlog_growth:+.3f} ({flat}), {run.sim_wall_seconds:.0f} s", flush=True)
 
     before = reusable_runs(Path(args.reuse), saved) if args.reuse else {}
-    run_fixed_load(args.workload, args.policies, config, args.arrivals, args.preset,
-                   args.model, _overrides(args) or None, on_run=save, done_before=before)
+    runs = run_fixed_load(args.workload, args.policies, config, args.arrivals, args.preset,
+                          args.model, _overrides(args) or None, on_run=save,
+                          done_before=before, jobs=args.jobs)
+    saved["runs"] = [run.to_dict() for run in runs]  # in order, however they ended
+    path.write_text(json.dumps(saved, indent=1) + "\n")
     _write_outputs(path)
 
 
@@ -270,6 +277,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seeds", type=_ints, default=SEEDS)
     run.add_argument("--flat-growth", type=float, default=FLAT_GROWTH)
     run.add_argument("--out", default=str(DEFAULT_OUT))
+    run.add_argument("--jobs", type=int, default=1,
+                     help=f"runs simulated at once, each in its own process (1-{MAX_JOBS}; "
+                          "the figures are the same whatever the number)")
     run.add_argument("--reuse", default=None, metavar="RUNS_JSON",
                      help="take the runs this saved study (same settings) already has "
                           "instead of simulating them again (the simulator is deterministic)")

@@ -273,3 +273,49 @@ def test_reuse_needs_the_same_settings(tmp_path):
         study.reusable_runs(path, {**saved, "knee": 2.5})
     with pytest.raises(ValueError, match="config.steady"):
         study.reusable_runs(path, {**saved, "config": {"steady": {}, "flat_growth": 0.1}})
+
+
+# ----- runs at once ---------------------------------------------------------------------------
+def test_runs_in_worker_processes_are_the_runs_made_one_at_a_time():
+    config = FixedLoadConfig(0.1, fractions=(0.5,), seeds=(0,), steady=TINY, flat_growth=0.5)
+    alone = run_fixed_load("sharegpt", ["optimized", "defaults"], config)
+    seen = []
+    together = run_fixed_load("sharegpt", ["optimized", "defaults"], config,
+                              on_run=seen.append, jobs=2)
+
+    def figures_of(run):  # all but the wall clock, which depends on the machine
+        return {**run.to_dict(), "sim_wall_seconds": None}
+
+    assert [figures_of(r) for r in together] == [figures_of(r) for r in alone]
+    assert [r.policy for r in together] == ["optimized", "defaults"]
+    assert sorted(r.policy for r in seen) == ["defaults", "optimized"]
+
+
+def test_runs_done_before_are_taken_with_workers_too():
+    config = FixedLoadConfig(0.1, fractions=(0.5,), seeds=(0, 1), steady=TINY)
+    old = {(seed, 0.5, "optimized"): run(seed, 0.5, "optimized", 0.25 * (seed + 1))
+           for seed in (0, 1)}
+    seen = []
+    runs = run_fixed_load("sharegpt", ["optimized"], config, on_run=seen.append,
+                          done_before=old, jobs=2)
+    assert runs == [old[(0, 0.5, "optimized")], old[(1, 0.5, "optimized")]]
+    assert sorted(seen, key=lambda r: r.seed) == runs
+
+
+@pytest.mark.parametrize("jobs", [0, 65])
+def test_jobs_out_of_bounds_are_refused_by_name(jobs, tmp_path):
+    config = FixedLoadConfig(0.1, fractions=(0.5,), seeds=(0,), steady=TINY)
+    with pytest.raises(ValueError, match=r"jobs: must be in \[1, 64\]"):
+        run_fixed_load("sharegpt", ["optimized"], config, jobs=jobs)
+    with pytest.raises(SystemExit, match="jobs"):
+        study.main(["run", "--workload", "sharegpt", "--knee", "1", "--name", "x",
+                    "--out", str(tmp_path), "--jobs", str(jobs)])
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_run_failing_in_a_worker_raises_its_error():
+    config = FixedLoadConfig(0.1, fractions=(0.5,), seeds=(0,), steady=TINY)
+    seen = []
+    with pytest.raises(ValueError, match="policy must be one of"):
+        run_fixed_load("sharegpt", ["nope", "optimized"], config, on_run=seen.append, jobs=2)
+    assert all(r.policy == "optimized" for r in seen)
