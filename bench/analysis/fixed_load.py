@@ -163,12 +163,13 @@ def run_fixed_load(workload: str, policies: Sequence[str], config: FixedLoadConf
     if jobs == 1:
         runs = []
         for done, job in planned:
-            runs.append(done or _run_one(*job))
+            runs.append(_run_one(*job) if done is None else done)
             report(runs[-1])
         return runs
     pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"))
     try:
-        futures = [_done(done) if done else pool.submit(_run_one, *job) for done, job in planned]
+        futures = [pool.submit(_run_one, *job) if done is None else _done(done)
+                   for done, job in planned]
         for future in as_completed(futures):
             report(future.result())
     except BaseException:
