@@ -19,6 +19,7 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
+from bench.analysis.parallel_runs import MAX_JOBS, parse_jobs
 from bench.sim.arrivals import ArrivalProcess, parse_arrivals, retime
 from bench.sim.baselines import BASELINES, BLOCK_SIZE, DEFAULTS
 from bench.sim.client_programs import PROGRAM_IDS
@@ -302,7 +303,7 @@ def _sweep(args: argparse.Namespace) -> None:
           f"{target:.4f} s/token ({how})", flush=True)
     points = sweep(args.workload, args.policies, args.rates, args.programs, args.seed,
                    preset=args.preset, model=args.model, progress=not args.no_progress,
-                   arrivals=args.arrivals, **multi)
+                   arrivals=args.arrivals, jobs=args.jobs, **multi)
     print()
     print(latency_table(points))
     print(capacity_table(points, target))
@@ -659,6 +660,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_policy_run_arguments(sw, programs=100, out_files="sweep_<workload>.md/.png")
     sw.add_argument("--rates", type=_rate_list, default=[0.05, 0.1, 0.2, 0.4],
                     help="comma-separated program arrival rates per second")
+    sw.add_argument("--jobs", type=parse_jobs, default=1,
+                    help=f"points simulated at once, each in its own process (1-{MAX_JOBS}; "
+                         "the points are the same whatever the number)")
     sw.set_defaults(run=_sweep)
 
     from bench.analysis.capacity import MAX_EXPANSIONS

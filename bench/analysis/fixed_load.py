@@ -22,12 +22,11 @@ state, on several seeds (issue 39, item 2).
 from __future__ import annotations
 
 import math
-import multiprocessing
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from bench.analysis.capacity import search
+from bench.analysis.parallel_runs import Job, check_jobs, run_all
 from bench.analysis.sweep import SweepPoint
 from bench.analysis.steady_state import (SteadyConfig, TracePrefixes, Verdict, run_steady_point,
                                          steady_run)
@@ -41,7 +40,6 @@ SEEDS = (0, 1, 2)
 FLAT_GROWTH = 0.1
 ALL = "all"
 KNEE_POLICY = "optimized"
-MAX_JOBS = 64
 
 
 def default_steady() -> SteadyConfig:
@@ -150,43 +148,22 @@ def run_fixed_load(workload: str, policies: Sequence[str], config: FixedLoadConf
     as it ends (progress, or saving as it goes). `done_before`: runs of the same study
     settings by (seed, fraction, policy), taken as they are instead of simulated again (the
     simulator is deterministic, so they are what a new run would give). `jobs`: how many runs
-    simulate at once, each in a worker process of its own (1: one after another, here). The
-    runs are the same whatever `jobs`; with more than one, `on_run` sees them in the order
-    they end, and the first run that fails cancels those not started."""
+    simulate at once, each in a worker process (`bench.analysis.parallel_runs`: the same
+    runs whatever `jobs`; with more than one, `on_run` sees them in the order they end)."""
     if not policies:
         raise ValueError("policies: must not be empty")
-    if not 1 <= jobs <= MAX_JOBS:
-        raise ValueError(f"jobs: must be in [1, {MAX_JOBS}], got {jobs}")
-    report = on_run or (lambda run: None)
-    planned = _planned(workload, policies, config, arrivals, preset, model, engine_overrides,
-                       done_before or {})
-    if jobs == 1:
-        runs = []
-        for done, job in planned:
-            runs.append(_run_one(*job) if done is None else done)
-            report(runs[-1])
-        return runs
-    pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"))
-    try:
-        futures = [pool.submit(_run_one, *job) if done is None else _done(done)
-                   for done, job in planned]
-        for future in as_completed(futures):
-            report(future.result())
-    except BaseException:
-        pool.shutdown(wait=True, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
-    return [future.result() for future in futures]
+    check_jobs(jobs)
+    return run_all(_planned(workload, policies, config, arrivals, preset, model,
+                            engine_overrides, done_before or {}), jobs, on_run)
 
 
 def _planned(workload: str, policies: Sequence[str], config: FixedLoadConfig,
              arrivals: ArrivalProcess, preset: str, model: str,
              engine_overrides: dict[str, Any] | None,
              done_before: Mapping[tuple[int, float, str], FixedRun]
-             ) -> Iterator[tuple[FixedRun | None, tuple[Any, ...]]]:
-    """For each (seed, fraction, policy) in nesting order: its run done before (and no job),
-    or None and the arguments of `_run_one` (one trace per seed, generated when the seed's
-    first job is reached)."""
+             ) -> Iterator[tuple[FixedRun | None, Job | None]]:
+    """For each (seed, fraction, policy) in nesting order: its run done before, or the job
+    that simulates it (one trace per seed, generated when the seed's first job is reached)."""
     for seed in config.seeds:
         traces = TracePrefixes(workload, seed, arrivals)
         for fraction in config.fractions:
@@ -194,18 +171,11 @@ def _planned(workload: str, policies: Sequence[str], config: FixedLoadConfig,
             for policy in policies:
                 done = done_before.get((seed, fraction, policy))
                 if done is not None:
-                    yield done, ()
+                    yield done, None
                     continue
                 base = traces.first(config.steady.total_programs(rate))
-                yield None, (workload, base, seed, fraction, rate, policy, config, preset,
-                             model, engine_overrides)
-
-
-def _done(run: FixedRun) -> Future[FixedRun]:
-    """A future already holding `run`."""
-    future: Future[FixedRun] = Future()
-    future.set_result(run)
-    return future
+                yield None, (_run_one, (workload, base, seed, fraction, rate, policy, config,
+                                        preset, model, engine_overrides))
 
 
 def _run_one(workload: str, base: Trace, seed: int, fraction: float, rate: float,

@@ -16,10 +16,11 @@ from __future__ import annotations
 import importlib
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Collection, Iterable, Sequence
+from typing import Any, Collection, Iterable, Iterator, Sequence
 
 from tqdm import tqdm
 
+from bench.analysis.parallel_runs import Job, check_jobs, run_all
 from bench.sim.arrivals import POISSON, ArrivalProcess, retime
 from bench.sim.metrics import compute_metrics
 from bench.sim.multi_sim import DEFAULT_CUTOFF, replica_options, simulate_replicas
@@ -71,29 +72,42 @@ def sweep(workload: str, policies: Sequence[str], rates: Sequence[float], num_pr
           progress: bool = True, replicas: int = 1, placement: str | None = None,
           cutoff: int | str = DEFAULT_CUTOFF,
           placement_options: dict | None = None,
-          arrivals: ArrivalProcess = POISSON) -> list[SweepPoint]:
+          arrivals: ArrivalProcess = POISSON, jobs: int = 1) -> list[SweepPoint]:
     """Simulate every policy at every rate (on `replicas` engines behind `placement` when
     either is given: `run_point`), programs arriving by `arrivals`
-    (`bench.sim.arrivals.retime`); returns the points in (rate, policy) order."""
+    (`bench.sim.arrivals.retime`); returns the points in (rate, policy) order. `jobs`: how
+    many points simulate at once, each in a worker process (`bench.analysis.parallel_runs`:
+    the same points whatever `jobs`)."""
     multi = replica_options(replicas, placement, cutoff, placement_options)
     if not policies:
         raise ValueError("policies: must not be empty")
     if not rates:
         raise ValueError("rates: must not be empty")
-    points: list[SweepPoint] = []
+    check_jobs(jobs)
     bar = tqdm(total=len(policies) * len(rates), desc=f"sweep {workload}", unit="run",
                disable=not progress)
-    try:
+
+    def planned() -> Iterator[tuple[None, Job]]:
         for rate in rates:
             trace = retime(generate_trace(workload, num_programs, seed, rate), arrivals,
                            rate, seed)
             for policy in policies:
-                bar.set_postfix_str(f"{policy} @ {rate:g}/s")
-                points.append(run_point(workload, trace, policy, rate, preset, model, **multi))
-                bar.update(1)
+                yield None, (_point, (workload, trace, policy, rate, preset, model, multi))
+
+    def ended(point: SweepPoint) -> None:
+        bar.set_postfix_str(f"{point.policy} @ {point.rate:g}/s")
+        bar.update(1)
+
+    try:
+        return run_all(planned(), jobs, ended)
     finally:
         bar.close()
-    return points
+
+
+def _point(workload: str, trace: Trace, policy: str, rate: float, preset: str, model: str,
+           multi: dict[str, Any]) -> SweepPoint:
+    """`run_point` with `replica_options`' keywords (a job's function takes positions)."""
+    return run_point(workload, trace, policy, rate, preset, model, **multi)
 
 
 def run_point(workload: str, trace: Trace, policy: str, rate: float,

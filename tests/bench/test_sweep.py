@@ -237,10 +237,20 @@ def test_cli_rejects_unknown_policy_and_bad_rates():
         cli.build_parser().parse_args(["sweep", "--workload", "lats", "--rates", "0.1,-1"])
 
 
+def test_cli_sweep_takes_jobs_in_bounds(capsys):
+    assert cli.build_parser().parse_args(["sweep", "--workload", "lats", "--jobs", "2"]).jobs == 2
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["sweep", "--workload", "lats", "--jobs", "0"])
+    assert "jobs: must be in [1, 64], got 0" in capsys.readouterr().err
+
+
 # ----- one real, tiny sweep -----------------------------------------------------------------------
 def test_real_tiny_sweep(tmp_path):
     points = sweep("lats", ["vllm", "atlas"], [0.5, 2.0], 3, 0, progress=False)
     assert len(points) == 4
     assert all(p.programs_completed == 3 and p.mean_norm_latency > 0 for p in points)
+    at_once = sweep("lats", ["vllm", "atlas"], [0.5, 2.0], 3, 0, progress=False, jobs=2)
+    assert [{**p.to_dict(), "sim_wall_seconds": 0} for p in at_once] == \
+        [{**p.to_dict(), "sim_wall_seconds": 0} for p in points]
     md, png = write_sweep(points, 1.0, tmp_path)
     assert png.stat().st_size > 0
