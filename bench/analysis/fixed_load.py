@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from bench.analysis.capacity import search
-from bench.analysis.parallel_runs import Job, check_jobs, run_all
+from bench.analysis.parallel_runs import Job, run_all
 from bench.analysis.sweep import SweepPoint
 from bench.analysis.steady_state import (SteadyConfig, TracePrefixes, Verdict, run_steady_point,
                                          steady_run)
@@ -152,7 +152,6 @@ def run_fixed_load(workload: str, policies: Sequence[str], config: FixedLoadConf
     runs whatever `jobs`; with more than one, `on_run` sees them in the order they end)."""
     if not policies:
         raise ValueError("policies: must not be empty")
-    check_jobs(jobs)
     return run_all(_planned(workload, policies, config, arrivals, preset, model,
                             engine_overrides, done_before or {}), jobs, on_run)
 

@@ -20,7 +20,7 @@ from typing import Any, Collection, Iterable, Iterator, Sequence
 
 from tqdm import tqdm
 
-from bench.analysis.parallel_runs import Job, check_jobs, run_all
+from bench.analysis.parallel_runs import Job, run_all
 from bench.sim.arrivals import POISSON, ArrivalProcess, retime
 from bench.sim.metrics import compute_metrics
 from bench.sim.multi_sim import DEFAULT_CUTOFF, replica_options, simulate_replicas
@@ -83,7 +83,6 @@ def sweep(workload: str, policies: Sequence[str], rates: Sequence[float], num_pr
         raise ValueError("policies: must not be empty")
     if not rates:
         raise ValueError("rates: must not be empty")
-    check_jobs(jobs)
     bar = tqdm(total=len(policies) * len(rates), desc=f"sweep {workload}", unit="run",
                disable=not progress)
 
