@@ -492,7 +492,7 @@ def _finite_capacity(args: argparse.Namespace, targets: list[LatencyTarget],
                              args.start_rate, args.iterations, args.preset, args.model,
                              progress=not args.no_progress,
                              max_expansions=args.max_expansions, arrivals=args.arrivals,
-                             **multi)
+                             jobs=args.jobs, **multi)
     for target in targets:
         print()
         print(capacity_table(points, target.seconds_per_token))
@@ -519,7 +519,7 @@ def _steady_capacity(args: argparse.Namespace, targets: list[LatencyTarget],
                                   progress=not args.no_progress,
                                   engine_overrides=overrides or None,
                                   max_expansions=args.max_expansions,
-                                  arrivals=args.arrivals, **multi)
+                                  arrivals=args.arrivals, jobs=args.jobs, **multi)
     print()
     print(steady_points_table(runs))
     print(window_text(config, runs))
@@ -680,6 +680,10 @@ def build_parser() -> argparse.ArgumentParser:
     cap.add_argument("--fixed-target", type=_nonnegative_float, default=FIXED_TARGET,
                      help=f"a second, absolute latency target in s/token (default "
                           f"{FIXED_TARGET:g}; 0: none)")
+    cap.add_argument("--jobs", type=parse_jobs, default=1,
+                     help=f"searches run at once, one per policy (and seed), each in its own "
+                          f"process (1-{MAX_JOBS}; the points are the same whatever the "
+                          f"number)")
     _add_memory_pressure_argument(cap)
     _add_replica_state_arguments(cap)
     _add_steady_arguments(cap)

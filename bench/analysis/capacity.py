@@ -24,10 +24,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from tqdm import tqdm
 
+from bench.analysis.parallel_runs import run_all
 from bench.analysis.sweep import SweepPoint, generate_trace, meets_target, run_point
 from bench.analysis.sweep_report import capacity_table, plot_latency, points_table
 from bench.sim.arrivals import POISSON, ArrivalProcess, retime
@@ -87,19 +88,41 @@ def find_capacities(workload: str, policies: Sequence[str], targets: Sequence[fl
                     cutoff: int | str = DEFAULT_CUTOFF,
                     placement_options: dict | None = None,
                     max_expansions: int = MAX_EXPANSIONS,
-                    arrivals: ArrivalProcess = POISSON) -> list[SweepPoint]:
+                    arrivals: ArrivalProcess = POISSON, jobs: int = 1) -> list[SweepPoint]:
     """Run `search` for every policy and then every target on one trace (programs arriving
     by `arrivals`, `bench.sim.arrivals.retime`); every (policy, rate) pair is run once (on `replicas` engines behind `placement` when either is given, see
-    `run_point`: the rates found are those of the whole group). Returns the points, policy
-    by policy, in the order run."""
+    `run_point`: the rates found are those of the whole group). `jobs`: how many policies'
+    searches run at once, each in a worker process (`bench.analysis.parallel_runs`: the
+    same points whatever `jobs`). Returns the points, policy by policy, in the order run."""
     multi = replica_options(replicas, placement, cutoff, placement_options)
     base = retime(generate_trace(workload, num_programs, seed, BASE_RATE), arrivals, BASE_RATE,
                   seed)
     with tqdm(desc=f"capacity {workload}", unit="run", disable=not progress) as bar:
-        return search_policies(
-            policies, targets, lambda policy, rate: run_point(
-                workload, retimed(base, rate), policy, rate, preset, model, **multi),
-            start_rate, iterations, bar, max_expansions)
+        here = bar if jobs == 1 else None  # a worker's runs are counted when its search ends
+        planned = ((None, (_finite_search, (workload, policy, base, targets, start_rate,
+                                            iterations, preset, model, multi,
+                                            max_expansions, here)))
+                   for policy in policies)
+        searches = run_all(planned, jobs, runs_counter(bar) if here is None else None)
+    return [point for points in searches for point in points]
+
+
+def _finite_search(workload: str, policy: str, base: Trace, targets: Sequence[float],
+                   start_rate: float, iterations: int, preset: str, model: str,
+                   multi: dict[str, Any], max_expansions: int,
+                   bar: tqdm | None) -> list[SweepPoint]:
+    """One policy's `search_policies` on the finite trace `base` (a job of
+    `find_capacities`)."""
+    return search_policies(
+        [policy], targets, lambda policy, rate: run_point(
+            workload, retimed(base, rate), policy, rate, preset, model, **multi),
+        start_rate, iterations, bar, max_expansions)
+
+
+def runs_counter(bar: tqdm) -> Callable[[Sequence[Any]], None]:
+    """An `on_result` (`bench.analysis.parallel_runs`) that counts on `bar` the runs of a
+    search a worker has finished."""
+    return lambda runs: bar.update(len(runs))
 
 
 def search_policies(policies: Sequence[str], targets: Sequence[float],

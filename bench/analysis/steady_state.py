@@ -60,7 +60,9 @@ from typing import Any, Sequence
 
 from tqdm import tqdm
 
-from bench.analysis.capacity import BASE_RATE, MAX_EXPANSIONS, retimed, search_policies
+from bench.analysis.capacity import (BASE_RATE, MAX_EXPANSIONS, retimed, runs_counter,
+                                     search_policies)
+from bench.analysis.parallel_runs import run_all
 from bench.analysis.sweep import SweepPoint, capacity, generate_trace, simulate_trace, summarize
 from bench.sim.arrivals import POISSON, ArrivalProcess, retime
 from bench.sim.metrics import ProgramRecord, compute_metrics
@@ -338,32 +340,48 @@ def find_steady_capacities(workload: str, policies: Sequence[str], targets: Sequ
                            replica_speeds: Sequence[float] | None = None,
                            engine_overrides: dict[str, Any] | None = None,
                            max_expansions: int = MAX_EXPANSIONS,
-                           arrivals: ArrivalProcess = POISSON) -> list[SteadyPoint]:
+                           arrivals: ArrivalProcess = POISSON,
+                           jobs: int = 1) -> list[SteadyPoint]:
     """For each seed, one trace (`TracePrefixes`: `SteadyConfig.total_programs` at each
     rate, programs arriving by `arrivals`) and
     `bench.analysis.capacity.search_policies` over it with `run_steady_point`: every (policy, rate)
     pair run once per seed (on the replicas of `bench.sim.multi_sim.replica_options` when
     `replicas` > 1 or a `placement` is named), with `engine_overrides` on every engine's
-    config. Returns the points seed by seed, in the order run."""
+    config. `jobs`: how many (seed, policy) searches run at once, each in a worker process
+    with its own copy of the seed's trace (`bench.analysis.parallel_runs`: the same points
+    whatever `jobs`). Returns the points seed by seed, policy by policy, in the order run."""
     if not seeds:
         raise ValueError("seeds: must not be empty")
     multi = replica_options(replicas, placement, cutoff, placement_options, kv_events,
                             replica_speeds)
-    runs: list[SteadyPoint] = []
     with tqdm(desc=f"steady capacity {workload}", unit="run", disable=not progress) as bar:
-        for seed in seeds:
-            bar.set_description(f"steady capacity {workload} seed {seed}")
-            traces = TracePrefixes(workload, seed, arrivals)
+        here = bar if jobs == 1 else None  # a worker's runs are counted when its search ends
+        planned = ((None, (_steady_search, (workload, seed, policy, traces, targets, config,
+                                            start_rate, iterations, preset, model, multi,
+                                            engine_overrides, max_expansions, here)))
+                   for seed in seeds
+                   for traces in [TracePrefixes(workload, seed, arrivals)]
+                   for policy in policies)
+        searches = run_all(planned, jobs, runs_counter(bar) if here is None else None)
+    return [run for runs in searches for run in runs]
 
-            def point_at(policy: str, rate: float, traces: TracePrefixes = traces,
-                         seed: int = seed) -> SweepPoint:
-                base = traces.first(config.total_programs(rate))
-                runs.append(run_steady_point(workload, base, seed, policy, rate, config,
-                                             preset, model, multi, engine_overrides))
-                return runs[-1].point
 
-            search_policies(policies, targets, point_at, start_rate, iterations, bar,
-                            max_expansions)
+def _steady_search(workload: str, seed: int, policy: str, traces: TracePrefixes,
+                   targets: Sequence[float], config: SteadyConfig, start_rate: float,
+                   iterations: int, preset: str, model: str, multi: dict[str, Any],
+                   engine_overrides: dict[str, Any] | None, max_expansions: int,
+                   bar: tqdm | None) -> list[SteadyPoint]:
+    """One policy's `search_policies` on one seed's `traces` (a job of
+    `find_steady_capacities`)."""
+    runs: list[SteadyPoint] = []
+
+    def point_at(policy: str, rate: float) -> SweepPoint:
+        base = traces.first(config.total_programs(rate))
+        runs.append(run_steady_point(workload, base, seed, policy, rate, config, preset, model,
+                                     multi, engine_overrides))
+        return runs[-1].point
+
+    search_policies([policy], targets, point_at, start_rate, iterations, bar, max_expansions)
     return runs
 
 

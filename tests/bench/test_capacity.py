@@ -176,3 +176,22 @@ def test_cli_capacity_max_expansions_zero_runs_the_start_rate_alone(monkeypatch,
 
 def test_search_with_no_expansions_runs_only_the_start():
     assert [p.rate for p in search(quadratic, 0.16, 2.0, iterations=3, max_expansions=0)] == [2.0]
+
+
+def test_searches_in_worker_processes_find_the_points_found_one_at_a_time():
+    def figures(points):  # all but the wall clock, which depends on the machine
+        return [{**p.to_dict(), "sim_wall_seconds": 0} for p in points]
+
+    args = ("lats", ["vllm", "atlas"], [0.05], 3, 0)
+    kwargs = dict(start_rate=0.5, iterations=1, max_expansions=2, progress=False)
+    alone = find_capacities(*args, **kwargs)
+    assert len(alone) >= 4 and {p.policy for p in alone} == {"vllm", "atlas"}
+    assert figures(find_capacities(*args, jobs=2, **kwargs)) == figures(alone)
+
+
+def test_cli_capacity_takes_jobs_in_bounds(capsys):
+    parsed = cli.build_parser().parse_args(["capacity", "--workload", "lats", "--jobs", "3"])
+    assert parsed.jobs == 3
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["capacity", "--workload", "lats", "--jobs", "65"])
+    assert "jobs: must be in [1, 64], got 65" in capsys.readouterr().err

@@ -494,3 +494,19 @@ def test_cli_capacity_sets_engine_fields_at_steady_state_only(fake_points, tmp_p
     with pytest.raises(SystemExit, match="--set are for the steady-state method"):
         cli.main(["capacity", "--workload", "lats", "--finite-trace", "--target", "0.16",
                   "--set", "ttft_slo_seconds=0.25", "--out", str(tmp_path), "--no-progress"])
+
+
+def test_steady_searches_in_worker_processes_find_the_runs_found_one_at_a_time():
+    config = SteadyConfig(window_programs=6, max_backlog_growth=0.5, warmup_seconds=20.0,
+                          tail_seconds=60.0)
+    args = ("sharegpt", ["optimized", "atlas"], [1.0], [0, 1], config, 0.05)
+    kwargs = dict(iterations=0, max_expansions=1, progress=False)
+    alone = find_steady_capacities(*args, **kwargs)
+    assert [(r.seed, r.point.policy) for r in alone][::2] == \
+        [(0, "optimized"), (0, "atlas"), (1, "optimized"), (1, "atlas")]
+
+    def figures(runs):  # all but the wall clock, which depends on the machine
+        return [(r.seed, r.window, r.verdict, {**r.point.to_dict(), "sim_wall_seconds": 0})
+                for r in runs]
+
+    assert figures(find_steady_capacities(*args, jobs=2, **kwargs)) == figures(alone)
