@@ -372,8 +372,10 @@ def _steady_search(workload: str, seed: int, policy: str, traces: TracePrefixes,
                    engine_overrides: dict[str, Any] | None, max_expansions: int,
                    bar: tqdm | None) -> list[SteadyPoint]:
     """One policy's `search_policies` on one seed's `traces` (a job of
-    `find_steady_capacities`)."""
+    `find_steady_capacities`); `bar`, run here, shows the seed and counts the runs."""
     runs: list[SteadyPoint] = []
+    if bar is not None:
+        bar.set_description(f"steady capacity {workload} seed {seed}")
 
     def point_at(policy: str, rate: float) -> SweepPoint:
         base = traces.first(config.total_programs(rate))
