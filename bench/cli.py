@@ -19,7 +19,7 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
-from bench.analysis.parallel_runs import MAX_JOBS, parse_jobs
+from bench.analysis.parallel_runs import add_jobs_argument
 from bench.sim.arrivals import ArrivalProcess, parse_arrivals, retime
 from bench.sim.baselines import BASELINES, BLOCK_SIZE, DEFAULTS
 from bench.sim.client_programs import PROGRAM_IDS
@@ -660,9 +660,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_policy_run_arguments(sw, programs=100, out_files="sweep_<workload>.md/.png")
     sw.add_argument("--rates", type=_rate_list, default=[0.05, 0.1, 0.2, 0.4],
                     help="comma-separated program arrival rates per second")
-    sw.add_argument("--jobs", type=parse_jobs, default=1,
-                    help=f"points simulated at once, each in its own process (1-{MAX_JOBS}; "
-                         "the points are the same whatever the number)")
+    add_jobs_argument(sw, "points")
     sw.set_defaults(run=_sweep)
 
     from bench.analysis.capacity import MAX_EXPANSIONS
@@ -680,10 +678,7 @@ def build_parser() -> argparse.ArgumentParser:
     cap.add_argument("--fixed-target", type=_nonnegative_float, default=FIXED_TARGET,
                      help=f"a second, absolute latency target in s/token (default "
                           f"{FIXED_TARGET:g}; 0: none)")
-    cap.add_argument("--jobs", type=parse_jobs, default=1,
-                     help=f"searches run at once, one per policy (and seed), each in its own "
-                          f"process (1-{MAX_JOBS}; the points are the same whatever the "
-                          f"number)")
+    add_jobs_argument(cap, "searches (one per policy, and seed)")
     _add_memory_pressure_argument(cap)
     _add_replica_state_arguments(cap)
     _add_steady_arguments(cap)

@@ -24,11 +24,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from tqdm import tqdm
 
-from bench.analysis.parallel_runs import run_all
+from bench.analysis.parallel_runs import Job, run_all
 from bench.analysis.sweep import SweepPoint, generate_trace, meets_target, run_point
 from bench.analysis.sweep_report import capacity_table, plot_latency, points_table
 from bench.sim.arrivals import POISSON, ArrivalProcess, retime
@@ -98,13 +98,10 @@ def find_capacities(workload: str, policies: Sequence[str], targets: Sequence[fl
     base = retime(generate_trace(workload, num_programs, seed, BASE_RATE), arrivals, BASE_RATE,
                   seed)
     with tqdm(desc=f"capacity {workload}", unit="run", disable=not progress) as bar:
-        here = bar if jobs == 1 else None  # a worker's runs are counted when its search ends
-        planned = ((None, (_finite_search, (workload, policy, base, targets, start_rate,
-                                            iterations, preset, model, multi,
-                                            max_expansions, here)))
-                   for policy in policies)
-        searches = run_all(planned, jobs, runs_counter(bar) if here is None else None)
-    return [point for points in searches for point in points]
+        return run_searches(lambda here: (
+            (_finite_search, (workload, policy, base, targets, start_rate, iterations, preset,
+                              model, multi, max_expansions, here)) for policy in policies),
+            jobs, bar)
 
 
 def _finite_search(workload: str, policy: str, base: Trace, targets: Sequence[float],
@@ -119,10 +116,16 @@ def _finite_search(workload: str, policy: str, base: Trace, targets: Sequence[fl
         start_rate, iterations, bar, max_expansions)
 
 
-def runs_counter(bar: tqdm) -> Callable[[Sequence[Any]], None]:
-    """An `on_result` (`bench.analysis.parallel_runs`) that counts on `bar` the runs of a
-    search a worker has finished."""
-    return lambda runs: bar.update(len(runs))
+def run_searches(searches: Callable[[tqdm | None], Iterable[Job]], jobs: int,
+                 bar: tqdm) -> list[Any]:
+    """The runs of the search jobs `searches(here)` plans (each job returns its search's
+    runs), in planned order, `jobs` at a time (`bench.analysis.parallel_runs`). With one job
+    at a time `here` is `bar`, for the searches to count their runs as they go; else it is
+    None, and a worker's runs are counted when its search ends."""
+    here = bar if jobs == 1 else None
+    done = run_all(((None, job) for job in searches(here)), jobs,
+                   None if here is not None else lambda runs: bar.update(len(runs)))
+    return [run for runs in done for run in runs]
 
 
 def search_policies(policies: Sequence[str], targets: Sequence[float],

@@ -36,6 +36,14 @@ def parse_jobs(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def add_jobs_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    """`--jobs N` on `parser` (`parse_jobs`, default 1): how many `what` (a plural, e.g.
+    "runs") simulate at once, each in its own process."""
+    parser.add_argument("--jobs", type=parse_jobs, default=1,
+                        help=f"{what} at once, each in its own process (1-{MAX_JOBS}; the "
+                             "results are the same whatever the number)")
+
+
 def run_all(planned: Iterable[tuple[R | None, Job | None]], jobs: int = 1,
             on_result: Callable[[R], None] | None = None) -> list[R]:
     """The result of each planned (result, job): the result when it is not None, else what

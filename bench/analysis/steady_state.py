@@ -60,9 +60,8 @@ from typing import Any, Sequence
 
 from tqdm import tqdm
 
-from bench.analysis.capacity import (BASE_RATE, MAX_EXPANSIONS, retimed, runs_counter,
+from bench.analysis.capacity import (BASE_RATE, MAX_EXPANSIONS, retimed, run_searches,
                                      search_policies)
-from bench.analysis.parallel_runs import run_all
 from bench.analysis.sweep import SweepPoint, capacity, generate_trace, simulate_trace, summarize
 from bench.sim.arrivals import POISSON, ArrivalProcess, retime
 from bench.sim.metrics import ProgramRecord, compute_metrics
@@ -355,15 +354,12 @@ def find_steady_capacities(workload: str, policies: Sequence[str], targets: Sequ
     multi = replica_options(replicas, placement, cutoff, placement_options, kv_events,
                             replica_speeds)
     with tqdm(desc=f"steady capacity {workload}", unit="run", disable=not progress) as bar:
-        here = bar if jobs == 1 else None  # a worker's runs are counted when its search ends
-        planned = ((None, (_steady_search, (workload, seed, policy, traces, targets, config,
-                                            start_rate, iterations, preset, model, multi,
-                                            engine_overrides, max_expansions, here)))
-                   for seed in seeds
-                   for traces in [TracePrefixes(workload, seed, arrivals)]
-                   for policy in policies)
-        searches = run_all(planned, jobs, runs_counter(bar) if here is None else None)
-    return [run for runs in searches for run in runs]
+        return run_searches(lambda here: (
+            (_steady_search, (workload, seed, policy, traces, targets, config, start_rate,
+                              iterations, preset, model, multi, engine_overrides,
+                              max_expansions, here))
+            for seed in seeds for traces in [TracePrefixes(workload, seed, arrivals)]
+            for policy in policies), jobs, bar)
 
 
 def _steady_search(workload: str, seed: int, policy: str, traces: TracePrefixes,

@@ -45,7 +45,7 @@ from bench.analysis.fixed_load import (ALL, FLAT_GROWTH, FRACTIONS, SEEDS, Fixed
                                        FixedRun, default_steady, find_knee, run_fixed_load)
 from bench.analysis.fixed_load_report import FIGURES, FixedLoadRuns, backlog_cells, markdown
 from bench.analysis.knee_record import knee_row, merged_record, record_command
-from bench.analysis.parallel_runs import MAX_JOBS, parse_jobs
+from bench.analysis.parallel_runs import add_jobs_argument
 from bench.analysis.steady_state import SteadyConfig
 from bench.report.records import (DEFAULT_FOLDER, ReportRow, ReportStudy, current_commit,
                                   record_name, study_from_json, write_study)
@@ -277,9 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seeds", type=_ints, default=SEEDS)
     run.add_argument("--flat-growth", type=float, default=FLAT_GROWTH)
     run.add_argument("--out", default=str(DEFAULT_OUT))
-    run.add_argument("--jobs", type=parse_jobs, default=1,
-                     help=f"runs simulated at once, each in its own process (1-{MAX_JOBS}; "
-                          "the figures are the same whatever the number)")
+    add_jobs_argument(run, "runs")
     run.add_argument("--reuse", default=None, metavar="RUNS_JSON",
                      help="take the runs this saved study (same settings) already has "
                           "instead of simulating them again (the simulator is deterministic)")
