@@ -62,8 +62,8 @@ class Node:
             self.lines.append(line)
             if "joined (pids " in line:
                 self.pids = [int(p) for p in line.split("(pids ")[1].rstrip(")\n").split()]
-            if line.startswith(STOPPING):
-                self.stopping = line[len(STOPPING):].rstrip("\n")
+            if STOPPING in line:  # a worker's unfinished line may precede it (shared pipe)
+                self.stopping = line.split(STOPPING, 1)[1].rstrip("\n")
 
     def wait(self, timeout: float = 30.0) -> int:
         """The exit status, once its output is read to the end."""
