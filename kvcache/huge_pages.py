@@ -34,3 +34,11 @@ def advise_huge_pages(tensor: torch.Tensor) -> bool:
     libc = ctypes.CDLL(None, use_errno=True)
     return libc.madvise(ctypes.c_void_p(first), ctypes.c_size_t(last - first),
                         _MADV_HUGEPAGE) == 0
+
+
+def zeros_on_huge_pages(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """A zeroed contiguous CPU tensor whose memory was offered huge pages
+    (`advise_huge_pages`) before it was first written."""
+    tensor = torch.empty(shape, dtype=dtype)
+    advise_huge_pages(tensor)
+    return tensor.zero_()

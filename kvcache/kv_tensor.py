@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kvcache.huge_pages import advise_huge_pages
+from kvcache.huge_pages import zeros_on_huge_pages
 
 
 @dataclass(frozen=True)
@@ -41,13 +41,11 @@ class KVCacheSpec:
 def allocate_kv_cache(spec: KVCacheSpec, device: torch.device | str) -> torch.Tensor:
     """A zeroed `[num_blocks, num_layers, 2, block_size, num_kv_heads, head_dim]` tensor. On
     the CPU its memory is offered transparent huge pages before it is zeroed
-    (`advise_huge_pages`): the decode attention reads scattered blocks of it."""
+    (`zeros_on_huge_pages`): the decode attention reads scattered blocks of it."""
     shape = (spec.num_blocks, *spec.block_shape)
     if torch.device(device).type != "cpu":
         return torch.zeros(shape, dtype=spec.dtype, device=device)
-    cache = torch.empty(shape, dtype=spec.dtype)
-    advise_huge_pages(cache)
-    return cache.zero_()
+    return zeros_on_huge_pages(shape, spec.dtype)
 
 
 def layer_kv(kv_cache: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -8,10 +8,12 @@ from collections.abc import Sequence
 import torch
 
 import agentix_kernels as kernels
+from kvcache.huge_pages import zeros_on_huge_pages
 
 
 class BulkSwapper:
-    """Owns the host copy of swapped blocks, `[num_host_blocks, *block_shape]` on CPU.
+    """Owns the host copy of swapped blocks, `[num_host_blocks, *block_shape]` on CPU (pinned
+    for a CUDA cache, on huge pages for a CPU one).
 
     Copies the blocks named by `KVCacheManager.swap_out` / `swap_in` pairs. Each non-empty
     batch gathers its source blocks into one contiguous staging tensor, moves it in ONE
@@ -25,10 +27,9 @@ class BulkSwapper:
             raise ValueError(f"num_host_blocks must be >= 0, got {num_host_blocks}")
         self.kv_cache = kv_cache
         self._on_cuda = kv_cache.is_cuda
-        self.host_cache = torch.zeros(
-            (num_host_blocks, *kv_cache.shape[1:]), dtype=kv_cache.dtype, device="cpu",
-            pin_memory=self._on_cuda,
-        )
+        shape = (num_host_blocks, *kv_cache.shape[1:])
+        self.host_cache = torch.zeros(shape, dtype=kv_cache.dtype, pin_memory=True) \
+            if self._on_cuda else zeros_on_huge_pages(shape, kv_cache.dtype)
         self._stream = torch.cuda.Stream(device=kv_cache.device) if self._on_cuda else None
         self._staging = self.host_cache[:0]  # reusable host staging (pinned on CUDA)
         self.num_copies = 0

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kvcache.huge_pages import HUGE_PAGE_BYTES, advise_huge_pages
+from kvcache.huge_pages import HUGE_PAGE_BYTES, advise_huge_pages, zeros_on_huge_pages
 from kvcache.kv_tensor import KVCacheSpec, allocate_kv_cache
 
 THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
@@ -41,3 +41,10 @@ def test_the_cpu_kv_cache_is_zeroed_after_the_advice():
                        head_dim=64, dtype=torch.float32)  # 32 KiB a block: 8 MiB in all
     kv = allocate_kv_cache(spec, "cpu")
     assert kv.shape == (256, 4, 2, 16, 2, 64) and kv.is_contiguous() and not kv.any()
+
+
+def test_zeros_on_huge_pages_is_a_zeroed_contiguous_cpu_tensor():
+    tensor = zeros_on_huge_pages((3, HUGE_PAGE_BYTES // 4), torch.float32)  # 6 MiB
+    assert (tensor.shape, tensor.dtype, tensor.device.type) == \
+        ((3, HUGE_PAGE_BYTES // 4), torch.float32, "cpu")
+    assert tensor.is_contiguous() and not tensor.any()
