@@ -34,6 +34,7 @@ from kvcache.kv_tensor import KVCacheSpec, allocate_kv_cache, layer_kv
 
 LAYERS, HEADS, KV_HEADS, HEAD_DIM, BLOCK_SIZE = 30, 9, 3, 64, 16
 MAX_BATCH, MAX_CONTEXT, MAX_STEPS = 1024, 32768, 1000
+MAX_CACHE_GIB = 16  # the cache the longest contexts could need must fit this
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -48,6 +49,13 @@ def _check(args: argparse.Namespace) -> None:
     if args.min_context > args.max_context:
         raise ValueError(f"--min-context ({args.min_context}) exceeds --max-context "
                          f"({args.max_context})")
+    block_bytes = LAYERS * 2 * BLOCK_SIZE * KV_HEADS * HEAD_DIM * 4
+    cache_gib = args.batch * -(-args.max_context // BLOCK_SIZE) * block_bytes / 2 ** 30
+    if cache_gib > MAX_CACHE_GIB:
+        raise ValueError(f"--batch {args.batch} x --max-context {args.max_context} may need a "
+                         f"{cache_gib:.1f} GiB cache, over {MAX_CACHE_GIB} GiB")
+    if args.against is not None and not args.against.is_file():
+        raise ValueError(f"--against: no file {args.against}")
 
 
 def measure(batch: int, min_context: int, max_context: int, steps: int

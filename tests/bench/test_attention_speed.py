@@ -62,6 +62,9 @@ def test_the_native_step_is_the_reference_step():
     (["--min-context", "50", "--max-context", "40"],
      "--min-context (50) exceeds --max-context (40)"),
     (["--max-context", "40000"], "--max-context must be in [1, 32768], got 40000"),
+    (["--batch", "1024", "--max-context", "32768"],
+     "--batch 1024 x --max-context 32768 may need a 1440.0 GiB cache, over 16 GiB"),
+    (["--against", "/nonexistent/out.pt"], "--against: no file /nonexistent/out.pt"),
 ])
 def test_bad_arguments_are_refused_by_name(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
