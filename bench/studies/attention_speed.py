@@ -37,6 +37,11 @@ MAX_BATCH, MAX_CONTEXT, MAX_STEPS = 1024, 32768, 1000
 MAX_CACHE_GIB = 16  # the cache the longest contexts could need must fit this
 
 
+def _spec(num_blocks: int) -> KVCacheSpec:
+    """The study's cache of `num_blocks` blocks (SmolLM2-135M's shape, float32)."""
+    return KVCacheSpec(num_blocks, LAYERS, BLOCK_SIZE, KV_HEADS, HEAD_DIM, torch.float32)
+
+
 def _check(args: argparse.Namespace) -> None:
     """ValueError naming the first argument out of its range."""
     for name, low, high in (("batch", 1, MAX_BATCH), ("min_context", 1, MAX_CONTEXT),
@@ -49,8 +54,8 @@ def _check(args: argparse.Namespace) -> None:
     if args.min_context > args.max_context:
         raise ValueError(f"--min-context ({args.min_context}) exceeds --max-context "
                          f"({args.max_context})")
-    block_bytes = LAYERS * 2 * BLOCK_SIZE * KV_HEADS * HEAD_DIM * 4
-    cache_gib = args.batch * -(-args.max_context // BLOCK_SIZE) * block_bytes / 2 ** 30
+    blocks = args.batch * -(-args.max_context // BLOCK_SIZE)
+    cache_gib = blocks * _spec(1).bytes_per_block / 2 ** 30
     if cache_gib > MAX_CACHE_GIB:
         raise ValueError(f"--batch {args.batch} x --max-context {args.max_context} may need a "
                          f"{cache_gib:.1f} GiB cache, over {MAX_CACHE_GIB} GiB")
@@ -65,8 +70,7 @@ def measure(batch: int, min_context: int, max_context: int, steps: int
     generator = torch.Generator().manual_seed(0)
     lens = [rng.randint(min_context, max_context) for _ in range(batch)]
     num_blocks = [-(-n // BLOCK_SIZE) for n in lens]
-    spec = KVCacheSpec(sum(num_blocks) + 1, LAYERS, BLOCK_SIZE, KV_HEADS, HEAD_DIM,
-                       torch.float32)
+    spec = _spec(sum(num_blocks) + 1)
     cache = allocate_kv_cache(spec, "cpu")
     cache.normal_(generator=generator)
     block_ids = list(range(1, spec.num_blocks))
@@ -96,7 +100,7 @@ def measure(batch: int, min_context: int, max_context: int, steps: int
         out = step()
         seconds.append(time.perf_counter() - start)
     median = statistics.median(seconds)
-    kv_bytes = 2 * LAYERS * sum(lens) * KV_HEADS * HEAD_DIM * 4
+    kv_bytes = sum(lens) * spec.bytes_per_block // BLOCK_SIZE
     return {"path": path, "batch": batch, "min_context": min_context,
             "max_context": max_context, "steps": steps, "median_ms": median * 1e3,
             "fastest_ms": min(seconds) * 1e3, "kv_bytes": kv_bytes,
