@@ -47,6 +47,9 @@ class EngineConfig:
     `num_kv_blocks` blocks of its own KV heads (or as many as `kv_cache_memory_gb` holds).
     `chat_template`: a Jinja file that chat prompts are rendered with instead of the model's
     own template (vLLM's `--chat-template`; see engine/chat_templates/).
+    `greedy_screen`: greedy rows may take their tokens from a bf16 screen of the LM head
+    where that pays and is exact (`engine.models.greedy_screen`); False always computes the
+    full fp32 logits.
 
     The defaults are the serving ones, and the only ones: `LLM(...)`, `agentix serve`, the
     demo, the Kubernetes manifests and `agentix bench sim` without `--policy` all run the
@@ -71,6 +74,7 @@ class EngineConfig:
     nnodes: int = 1
     dist_init_addr: str | None = None
     chat_template: str | None = None
+    greedy_screen: bool = True
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
 
     def __post_init__(self) -> None:

@@ -13,10 +13,12 @@ from engine.kv_spec import kv_cache_spec
 from engine.loader import ModelFiles, load_model
 from engine.logprobs import TokenLogprob, prompt_token_logprobs, token_logprobs
 from engine.models.cpu_linear import pack_linears
+from engine.models.greedy_screen import GreedyScreen, make_greedy_screen
 from engine.parallel.comm import Communicator
 from engine.parallel.layers import shard_model
 from engine.parallel.layout import ShardLayout
 from engine.sampler import Sampler
+from engine.sampling_params import SamplingParams
 from engine.staging import HostStaging
 from engine.step_inputs import StepInputs
 from engine.structured.masks import MaskFiller
@@ -31,7 +33,11 @@ class ModelRunner:
 
     With a `comm` (tensor parallelism, `engine.parallel`) it holds rank `comm.rank`'s shard
     of the model and of the KV heads, on `rank_device(config.device, comm.rank)`; every rank
-    runs `forward` on the same `StepInputs`, and rank 0 samples (`run`)."""
+    runs `forward` on the same `StepInputs`, and rank 0 samples (`run`).
+
+    With `config.greedy_screen`, on one process on a CPU with native bf16, steps whose rows
+    all sample greedily with no logprobs and no grammar take their tokens from a bf16 screen
+    of the LM head (`engine.models.greedy_screen`) instead of the full fp32 logits."""
 
     def __init__(self, config: EngineConfig, files: ModelFiles, max_model_len: int,
                  comm: Communicator | None = None) -> None:
@@ -42,6 +48,8 @@ class ModelRunner:
         self.model = load_model(files, max_model_len, self.dtype, self.device)
         if comm is not None:
             shard_model(self.model, ShardLayout(files.args, comm.rank, comm.world), comm)
+        self.greedy_screen: GreedyScreen | None = (
+            make_greedy_screen(self.model) if config.greedy_screen and comm is None else None)
         pack_linears(self.model)  # float32 CPU weights only; a no-op on CUDA
         self.kv_spec = kv_cache_spec(files.args, config)
         self.kv_cache = allocate_kv_cache(self.kv_spec, self.device)
@@ -69,15 +77,19 @@ class ModelRunner:
         logprobs are the model's, before the mask)."""
         sampling = [c for c in plan.chunks if c.samples]
         masks = self.masks.start([c.call.grammar for c in sampling])
-        logits, scored, swap_seconds = self.forward(step)
-        if logits is None:
+        rows, scored, swap_seconds = self._sample_hidden(step)
+        if rows is None:
             return StepResult([], swap_seconds)
         params = [c.call.params for c in sampling]
-        tokens = self.sampler(self.masks.apply(logits, masks), params,
-                              [c.call.num_output_tokens for c in sampling])
-        wanted = [p.logprobs for p in params]
-        logprobs = (iter(token_logprobs(logits, tokens, wanted))
-                    if any(k is not None for k in wanted) else None)
+        tokens = None if masks is not None else self._screened_tokens(rows, params)
+        logprobs = None
+        if tokens is None:
+            logits = self.model.logits(rows)
+            tokens = self.sampler(self.masks.apply(logits, masks), params,
+                                  [c.call.num_output_tokens for c in sampling])
+            wanted = [p.logprobs for p in params]
+            if any(k is not None for k in wanted):
+                logprobs = iter(token_logprobs(logits, tokens, wanted))
         sampled = iter(tokens)
         return StepResult([next(sampled) if c.samples else None for c in plan.chunks],
                           swap_seconds,
@@ -85,11 +97,27 @@ class ModelRunner:
                           [next(logprobs) if c.samples else None for c in plan.chunks],
                           _per_chunk(scored, step.prompt_counts) if scored else None)
 
+    def _screened_tokens(self, rows: torch.Tensor, params: list[SamplingParams]
+                         ) -> list[int] | None:
+        """The greedy tokens of `rows` from the screen, when there is one and every row
+        samples greedily without logprobs (else, or out of the screen's range, None)."""
+        if self.greedy_screen is None or not all(p.greedy and p.logprobs is None
+                                                 for p in params):
+            return None
+        return self.greedy_screen.tokens(rows)
+
     @torch.inference_mode()
     def forward(self, step: StepInputs
                 ) -> tuple[torch.Tensor | None, list[TokenLogprob], float]:
-        """Make the step's swap copies (out, then in), then run its tokens: the logits of its
-        sample rows (None without tokens), the logprobs its prompt rows score (in row
+        """`_sample_hidden`, with the logits of the sample rows (what every tensor-parallel
+        rank runs: the head gathers the vocabulary over the ranks)."""
+        rows, scored, swap_seconds = self._sample_hidden(step)
+        return (None if rows is None else self.model.logits(rows)), scored, swap_seconds
+
+    def _sample_hidden(self, step: StepInputs
+                       ) -> tuple[torch.Tensor | None, list[TokenLogprob], float]:
+        """Make the step's swap copies (out, then in), then run its tokens: the hidden states
+        of its sample rows (None without tokens), the logprobs its prompt rows score (in row
         order; made a slice at a time, `prompt_token_logprobs`) and the seconds the copies
         took."""
         started = time.perf_counter()
@@ -100,11 +128,10 @@ class ModelRunner:
             return None, [], swap_seconds
         input_ids, positions, meta, sample_rows = step.tensors(self.device, self.staging)
         hidden = self.model(input_ids, positions, self.kv_layers, meta)
-        logits = self.model.logits(hidden[sample_rows])
         scored = [] if not step.prompt_rows else prompt_token_logprobs(
             self.model.logits, hidden[torch.tensor(step.prompt_rows, device=hidden.device)],
             step.prompt_targets, step.prompt_top, self.vocab_size)
-        return logits, scored, swap_seconds
+        return hidden[sample_rows], scored, swap_seconds
 
 
 def _per_chunk(scored: list[TokenLogprob], counts: list[int]) -> list[list[TokenLogprob]]:

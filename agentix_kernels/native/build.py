@@ -1,6 +1,6 @@
 """Build and load the native CPU kernels: C compiled on first use, like Triton's JIT.
 
-`native_library()` compiles `decode_attention_cpu.c` with the system C compiler (`$CC`, else
+`native_library()` compiles `SOURCES` into one library with the system C compiler (`$CC`, else
 `cc`) for this CPU (`-O3 -march=native -ffast-math`, OpenMP), linked against the OpenMP runtime
 torch itself loaded, so the kernel's threads are torch's threads (one team per calling thread,
 never two runtimes fighting over the cores). The library is cached under
@@ -25,7 +25,8 @@ from pathlib import Path
 
 import torch
 
-SOURCE = Path(__file__).with_name("decode_attention_cpu.c")
+SOURCES = tuple(Path(__file__).with_name(name)
+                for name in ("decode_attention_cpu.c", "greedy_screen_cpu.c"))
 CFLAGS = ("-O3", "-march=native", "-ffast-math", "-fPIC", "-std=c11")
 
 
@@ -51,22 +52,26 @@ def _built_library() -> Path:
     runtime = openmp_runtime()
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True,
                              check=True, timeout=30).stdout
-    key = hashlib.sha256("\0".join([SOURCE.read_text(), " ".join(CFLAGS), compiler, version,
-                                    runtime, _cpu_flags()]).encode()).hexdigest()[:16]
-    target = _cache_dir() / f"decode_attention_cpu-{key}.so"
+    sources = [source.read_text() for source in SOURCES]
+    key = hashlib.sha256("\0".join([*sources, " ".join(CFLAGS), compiler, version, runtime,
+                                    _cpu_flags()]).encode()).hexdigest()[:16]
+    target = _cache_dir() / f"kernels_cpu-{key}.so"
     if not target.exists():
         _compile(compiler, runtime, target)
     return target
 
 
 def _compile(compiler: str, runtime: str, target: Path) -> None:
-    """Compile with OpenMP, link against `runtime` (not the compiler's own copy), rename in."""
+    """Compile each source with OpenMP, link them against `runtime` (not the compiler's own
+    copy), rename in."""
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        obj, lib = Path(tmp) / "kernel.o", Path(tmp) / "kernel.so"
+        objects = [str(Path(tmp) / f"{source.stem}.o") for source in SOURCES]
+        lib = Path(tmp) / "kernels.so"
         for command in (
-                [compiler, *CFLAGS, "-fopenmp", "-c", str(SOURCE), "-o", str(obj)],
-                [compiler, "-shared", str(obj), runtime, f"-Wl,-rpath,{Path(runtime).parent}",
+                *([compiler, *CFLAGS, "-fopenmp", "-c", str(source), "-o", obj]
+                  for source, obj in zip(SOURCES, objects)),
+                [compiler, "-shared", *objects, runtime, f"-Wl,-rpath,{Path(runtime).parent}",
                  "-lm", "-o", str(lib)]):
             done = subprocess.run(command, capture_output=True, text=True, timeout=120)
             if done.returncode != 0:
@@ -117,3 +122,7 @@ def _declare(library: ctypes.CDLL) -> None:
     fn.restype = ctypes.c_int
     fn.argtypes = [pointer, pointer, pointer, i64, i64, i64, i64, pointer, i64, i64, pointer,
                    i64, i64, i64, i64, i64, ctypes.c_float, i64, ctypes.c_int, pointer]
+    fn = library.greedy_screen_bf16
+    fn.restype = ctypes.c_int
+    fn.argtypes = [pointer, pointer, pointer, i64, pointer, i64, i64, i64, ctypes.c_float,
+                   ctypes.c_float, ctypes.c_float, ctypes.c_int, pointer]
