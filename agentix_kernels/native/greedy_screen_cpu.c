@@ -82,7 +82,9 @@ static int screen_row(const float* h, const uint16_t* a, const float* weight,
     }
   }
   free(run_high);
-  if (bad) return SCREEN_OUT_OF_RANGE;
+  /* No candidate cannot happen (the id that gives lo is one); were the bound's arithmetic
+   * ever to lose it, the caller computes the full logits rather than use no token. */
+  if (bad || best < 0) return SCREEN_OUT_OF_RANGE;
   *token = best;
   return SCREEN_OK;
 }

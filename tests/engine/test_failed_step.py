@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import random
+import types
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -38,7 +39,7 @@ class Fault(enum.Enum):
     BEFORE_COPIES = "before the copies"
     AFTER_COPIES = "after the copies"
     MID_FORWARD = "mid-forward"       # the first layer has written its KV, the last has not
-    IN_SAMPLER = "in the sampler"     # the whole forward has run
+    IN_SAMPLER = "in the sampler"     # the whole forward has run (or in the greedy screen)
 
 
 class InjectedFault(RuntimeError):
@@ -89,9 +90,14 @@ class FaultyExecutor:
             undo = lambda: delattr(runner.swapper, "swap_in")  # noqa: E731
         elif fault is Fault.MID_FORWARD:
             undo = runner.model.model.layers[-1].register_forward_pre_hook(_raise).remove
-        else:
-            sampler, runner.sampler = runner.sampler, _raise
-            undo = lambda: setattr(runner, "sampler", sampler)  # noqa: E731
+        else:  # whichever samples the step: the sampler, or the greedy screen
+            sampler, screen = runner.sampler, runner.greedy_screen
+            runner.sampler = _raise
+            if screen is not None:
+                runner.greedy_screen = types.SimpleNamespace(tokens=_raise)
+
+            def undo():
+                runner.sampler, runner.greedy_screen = sampler, screen
         try:
             yield
         finally:
