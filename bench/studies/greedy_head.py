@@ -9,8 +9,13 @@ Generates the ShareGPT requests of `bench.studies.vs_vllm` (seed 0) with SmolLM2
 of the first `--steps` steps that sample at least `--min-rows` rows. Then, `--rounds` times,
 it runs each kept step both ways, alternating which goes first, checks that both give the
 same tokens, and prints each way's median time and their ratio. The full way is the
-engine's own: `model.logits`, then the sampler. SystemExit where the engine has no screen
-(no native bf16 on this CPU, or no native library).
+engine's own: `model.logits`, then the sampler.
+
+Then the whole steps: the same requests generated again, to their full output lengths, with
+the screen on for even steps and off for odd ones (`AlternatingScreen`). It prints the median
+time of the decode-only steps of at least `--min-rows` rows each way (the first such step,
+a warm-up, left out), and the median ratio of adjacent pairs. SystemExit where the engine
+has no screen (no native bf16 on this CPU, or no native library).
 """
 
 from __future__ import annotations
@@ -35,6 +40,34 @@ class _Recorder:
         if hidden.shape[0] >= self.min_rows and len(self.kept) < self.steps:
             self.kept.append(hidden.clone())
         return self.screen.tokens(hidden)
+
+
+class AlternatingScreen:
+    """An executor around `runner`: its greedy screen on for even steps and off for odd ones;
+    keeps the wall time of each decode-only step of at least `min_rows` rows by whether the
+    screen was on (`seconds[True]`, `seconds[False]`), the first such step (a warm-up) left
+    out."""
+
+    def __init__(self, runner, min_rows: int) -> None:
+        self.runner, self.screen, self.min_rows = runner, runner.greedy_screen, min_rows
+        self.seconds: dict[bool, list[float]] = {True: [], False: []}
+        self.num_steps = 0
+        self._warm = False
+
+    def execute(self, plan):
+        screen_on = self.num_steps % 2 == 0
+        self.num_steps += 1
+        self.runner.greedy_screen = self.screen if screen_on else None
+        start = time.perf_counter()
+        result = self.runner.execute(plan)
+        seconds = time.perf_counter() - start
+        self.runner.greedy_screen = self.screen
+        chunks = plan.chunks
+        if len(chunks) >= self.min_rows and all(c.is_decode for c in chunks):
+            if self._warm:
+                self.seconds[screen_on].append(seconds)
+            self._warm = True
+        return result
 
 
 def time_alternately(ways: dict[str, Callable[[torch.Tensor], list[int]]],
@@ -101,6 +134,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     for name, ms in medians.items():
         print(f"{name}: median {ms:.2f} ms")
     print(f"full / screen: {medians['full logits'] / medians['greedy screen']:.2f}x")
+    runner.greedy_screen = screen
+    alternating = AlternatingScreen(runner, args.min_rows)
+    llm.engine.executor = alternating
+    llm.generate([list(prompt) for prompt, _ in requests],
+                 [SamplingParams(max_tokens=n, ignore_eos=True) for _, n in requests])
+    on, off = alternating.seconds[True], alternating.seconds[False]
+    if not on or not off:
+        raise SystemExit(f"greedy_head: too few decode steps of {args.min_rows} rows or more")
+    pairs = statistics.median(b / a for a, b in zip(on, off))
+    print(f"whole decode steps of {args.min_rows}+ rows, screen on and off on alternate steps "
+          f"({len(on)} and {len(off)}): median {statistics.median(on) * 1e3:.1f} ms with the "
+          f"screen, {statistics.median(off) * 1e3:.1f} ms without; adjacent pairs "
+          f"without / with: median {pairs:.3f}x")
 
 
 if __name__ == "__main__":
