@@ -99,6 +99,11 @@ async def relay(router: Router, forward: pb.GenerateRequest, metadata: list[tupl
         return
 
 
+def _completed(routed: RoutedCall) -> bool:
+    """Whether `routed` got its final message, and not one cutting it for a shutdown."""
+    return routed.final is not None and routed.final.finish_reason != SHUTDOWN
+
+
 async def _start_program(router: Router, routed: RoutedCall, program_id: str,
                          replica: Replica, metadata: list[tuple[str, str]]) -> None:
     """STARTING: the program started on `replica` (once); _Retry when the replica is
@@ -122,7 +127,9 @@ async def _attempt(router: Router, forward: pb.GenerateRequest,
                    program_id: str | None) -> AsyncIterator[pb.GenerateResponse]:
     """One forwarded attempt, FORWARDED -> STREAMING -> DONE; _Retry when it failed before
     anything was relayed (the caller places it again), LostMidStream when its replica was
-    lost after that, the replica's own error otherwise."""
+    lost after that, the replica's own error otherwise. After a final message other than
+    "shutdown" the call is complete: an error or a loss that follows (its replica killed before
+    the stream closed) ends it as it is, never as a failure the client would re-send."""
     attempt = replica.forward(forward, metadata, shape.num_tokens)
     routed.attempt = attempt
     try:
@@ -149,14 +156,20 @@ async def _attempt(router: Router, forward: pb.GenerateRequest,
         if routed.aborted:
             routed.move(CallPhase.ABORTED)
             return
+        if _completed(routed):
+            return  # the replica was lost only after the call's final message
         if not attempt.lost:
             raise
         if routed.streamed:
             raise LostMidStream(replica) from None
         raise _Retry() from None
     except grpc.aio.AioRpcError as exc:
+        if _completed(routed):
+            # An error after the final message (its replica killed before the stream
+            # closed) must not make the client re-send a call it has whole.
+            return
         if routed.final is not None:
-            raise  # after the final message (a drain's UNAVAILABLE): relay it
+            raise  # cut by the replica's drain: relay its UNAVAILABLE (the client re-sends)
         if exc.code() == grpc.StatusCode.NOT_FOUND and not routed.streamed \
                 and program_id is not None and program_id in router.programs.routed:
             raise _Retry(forgotten=True) from exc

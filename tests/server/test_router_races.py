@@ -10,7 +10,10 @@ that returns only when the test opens its gate), no sleeps:
   forwarded and ends with finish reason "abort";
 - an Abort while the forwarded call is in transit (its replica does not know it yet, so its
   own Abort finds nothing): the router cancels the forwarded call, which the replica aborts
-  on arrival, and the call ends with finish reason "abort".
+  on arrival, and the call ends with finish reason "abort";
+- a replica lost after a call's final message, before the stream closed: the call ends
+  complete, counted once, and the client gets no error (it would re-send the call); but a
+  call its draining replica cut ("shutdown", then UNAVAILABLE) still ends UNAVAILABLE.
 """
 
 from __future__ import annotations
@@ -58,8 +61,14 @@ class Forwarded:
         self.arriving.put_nowait(None)
         return True
 
+    def fail(self, error: Exception) -> None:
+        """End it with `error`, as grpc.aio ends a call its server broke off."""
+        self.arriving.put_nowait(error)
+
     async def __aiter__(self):
         while (response := await self.arriving.get()) is not None:
+            if isinstance(response, Exception):
+                raise response
             yield response
         raise asyncio.CancelledError()
 
@@ -315,6 +324,55 @@ def test_an_abort_its_replica_cannot_take_cuts_the_streaming_call():
         assert await asyncio.wait_for(call, 5) == [delta, abort_final("c")]
         assert stubs[0].log == [("generate", "c"), ("abort", "c")]
         assert stubs[0].forwarded[0].cancelled and router.calls == {}
+        await router.close()
+
+    run(scenario())
+
+
+def test_a_replica_lost_after_the_final_message_leaves_the_call_complete_and_counted_once():
+    async def scenario():
+        router, stubs = make_router()
+        router.programs.start(router.clock(), "p", "p", None)
+        delta = pb.GenerateResponse(call_id="c", delta=pb.Delta(token_ids=[7, 8]))
+        final = pb.GenerateResponse(call_id="c", final=pb.Final(
+            finish_reason="length", usage=pb.Usage(prompt_tokens=4, completion_tokens=2)))
+        servicer, call = generating(router, pb.GenerateRequest(
+            program_id="p", call_id="c", token_ids=pb.TokenIds(ids=[1, 2, 3, 4])))
+        while not stubs[0].forwarded:
+            await asyncio.sleep(0)
+        forwarded = stubs[0].forwarded[0]
+        forwarded.send(delta)
+        forwarded.send(final)
+        forwarded.fail(grpc.aio.AioRpcError(  # killed before its stream closed
+            grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), "killed"))
+        assert await asyncio.wait_for(call, 5) == [delta, final]
+        record = router.programs.get("p")
+        assert (record.num_calls, record.generated_tokens, record.active_calls) == (1, 2, {})
+        assert router.calls == {} and router.lost_mid_stream == 0 and router.retried == 0
+        await router.close()
+
+    run(scenario())
+
+
+def test_a_call_cut_by_its_replicas_drain_still_ends_unavailable():
+    async def scenario():
+        router, stubs = make_router()
+        delta = pb.GenerateResponse(call_id="c", delta=pb.Delta(token_ids=[7]))
+        cut = pb.GenerateResponse(call_id="c", final=pb.Final(
+            finish_reason="shutdown", usage=pb.Usage(prompt_tokens=4, completion_tokens=1)))
+        servicer, call = generating(router, pb.GenerateRequest(
+            call_id="c", token_ids=pb.TokenIds(ids=[1, 2, 3, 4])))
+        while not stubs[0].forwarded:
+            await asyncio.sleep(0)
+        forwarded = stubs[0].forwarded[0]
+        forwarded.send(delta)
+        forwarded.send(cut)
+        forwarded.fail(grpc.aio.AioRpcError(
+            grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), "draining"))
+        with pytest.raises(Aborted) as info:
+            await asyncio.wait_for(call, 5)
+        assert info.value.code == grpc.StatusCode.UNAVAILABLE  # the client re-sends it
+        assert router.calls == {}
         await router.close()
 
     run(scenario())
