@@ -36,6 +36,18 @@ static inline int float_in_range(float value) {
   return ((word >> 23) & 0xffu) < MAX_EXPONENT;
 }
 
+/* b_j: how far the screened logit x of an id whose head row has norm `col_norm` may be from
+ * its fp32 logit, for a row of norm |h| (row_scale = scale * |h|). */
+static inline float error_bound(float x, float row_scale, float col_norm, float rel,
+                                float tiny) {
+  return row_scale * col_norm + rel * fabsf(x) + tiny;
+}
+
+/* One past the last id of run `run`. */
+static inline int64_t run_end(int64_t run, int64_t vocab) {
+  return run * RUN + RUN < vocab ? run * RUN + RUN : vocab;
+}
+
 static inline float dot(const float* a, const float* b, int64_t n) {
   float sum = 0.f;
   for (int64_t i = 0; i < n; i++) sum += a[i] * b[i];
@@ -54,12 +66,12 @@ static int screen_row(const float* h, const uint16_t* a, const float* weight,
   float lo = -3e38f;
   unsigned bad = 0;
   for (int64_t run = 0; run < runs; run++) {
-    int64_t end = run * RUN + RUN < vocab ? run * RUN + RUN : vocab;
+    int64_t end = run_end(run, vocab);
     float run_lo = -3e38f, high = -3e38f;
     for (int64_t j = run * RUN; j < end; j++) {
       bad |= ((a[j] >> 7) & 0xffu) >= MAX_EXPONENT;
       float x = bf16_value(a[j]);
-      float b = row_scale * col_norms[j] + rel * fabsf(x) + tiny;
+      float b = error_bound(x, row_scale, col_norms[j], rel, tiny);
       run_lo = fmaxf(run_lo, x - b);
       high = fmaxf(high, x + b);
     }
@@ -70,10 +82,10 @@ static int screen_row(const float* h, const uint16_t* a, const float* weight,
   float best_logit = 0.f;
   for (int64_t run = 0; run < runs && !bad; run++) {
     if (run_high[run] < lo) continue;
-    int64_t end = run * RUN + RUN < vocab ? run * RUN + RUN : vocab;
+    int64_t end = run_end(run, vocab);
     for (int64_t j = run * RUN; j < end; j++) {
       float x = bf16_value(a[j]);
-      if (x + (row_scale * col_norms[j] + rel * fabsf(x) + tiny) < lo) continue;
+      if (x + error_bound(x, row_scale, col_norms[j], rel, tiny) < lo) continue;
       float logit = dot(h, weight + j * weight_stride, dim);
       if (best < 0 || logit > best_logit) {
         best = j;

@@ -57,12 +57,18 @@ def cpu_has_native_bf16() -> bool:
     return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
 
 
+def screenable(head: nn.Module) -> bool:
+    """Whether `head` is a linear a screen can take: bias-free, float32 on the CPU, with
+    torch's oneDNN ops (`can_pack`)."""
+    return isinstance(head, nn.Linear) and head.bias is None and can_pack(head.weight)
+
+
 class GreedyScreen:
     """The greedy tokens of hidden rows through `head` (a bias-free fp32 CPU linear), as
     `head(hidden).argmax(-1)` up to fp32 rounding of near ties (module docstring)."""
 
     def __init__(self, head: nn.Linear) -> None:
-        if head.bias is not None or not can_pack(head.weight):
+        if not screenable(head):
             raise ValueError("GreedyScreen: needs a bias-free float32 CPU linear and torch's "
                              "oneDNN ops")
         weight = head.weight.detach()
@@ -89,8 +95,7 @@ def make_greedy_screen(model: CausalLM) -> GreedyScreen | None:
     changes its logits, e.g. by scaling them, gets none). Call it before `pack_linears`,
     which drops the head's weight."""
     head = model.lm_head
-    if (type(model).logits is not CausalLM.logits or not isinstance(head, nn.Linear)
-            or head.bias is not None or not can_pack(head.weight)
+    if (type(model).logits is not CausalLM.logits or not screenable(head)
             or not cpu_has_native_bf16() or native_library() is None):
         return None
     return GreedyScreen(head)
