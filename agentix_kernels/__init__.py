@@ -5,9 +5,9 @@ depends on Hugging Face's own `kernels` package, which a top-level `kernels` her
 
 Each op runs its Triton kernel when all its tensors are on CUDA and its plain-torch reference
 otherwise (CPU, or any mix of devices). Triton is optional: without it every op uses the
-reference, so a CPU-only install works. One exception: float32 decode attention on the CPU
-runs a native C kernel (`agentix_kernels.native`, built on first use) when the library can be
-built; `AGENTIX_NATIVE_CPU=0` turns it off.
+reference, so a CPU-only install works. One exception: float32 and bfloat16 decode
+attention on the CPU runs a native C kernel (`agentix_kernels.native`, built on first use)
+when the library can be built; `AGENTIX_NATIVE_CPU=0` turns it off.
 Contracts (details in each module's docstring):
 
 - `store_kvcache(key, value, k_cache, v_cache, slot_mapping) -> None`: writes key/value

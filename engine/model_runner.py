@@ -50,7 +50,7 @@ class ModelRunner:
             shard_model(self.model, ShardLayout(files.args, comm.rank, comm.world), comm)
         self.greedy_screen: GreedyScreen | None = (
             make_greedy_screen(self.model) if config.greedy_screen and comm is None else None)
-        pack_linears(self.model)  # float32 CPU weights only; a no-op on CUDA
+        pack_linears(self.model)  # float32 and bfloat16 CPU weights; a no-op on CUDA
         self.kv_spec = kv_cache_spec(files.args, config)
         self.kv_cache = allocate_kv_cache(self.kv_spec, self.device)
         self.kv_layers = [layer_kv(self.kv_cache, i) for i in range(self.kv_spec.num_layers)]

@@ -118,10 +118,11 @@ def _cache_dir() -> Path:
 def _declare(library: ctypes.CDLL) -> None:
     """Set the C signature of each kernel (ctypes checks the arguments against it)."""
     pointer, i64 = ctypes.c_void_p, ctypes.c_int64
-    fn = library.paged_decode_attention_f32
+    fn = library.paged_decode_attention_cpu
     fn.restype = ctypes.c_int
-    fn.argtypes = [pointer, pointer, pointer, i64, i64, i64, i64, pointer, i64, i64, pointer,
-                   i64, i64, i64, i64, i64, ctypes.c_float, i64, ctypes.c_int, pointer]
+    fn.argtypes = [pointer, pointer, pointer, ctypes.c_int, i64, i64, i64, i64, pointer, i64,
+                   i64, pointer, i64, i64, i64, i64, i64, ctypes.c_float, i64, ctypes.c_int,
+                   pointer]
     fn = library.greedy_screen_bf16
     fn.restype = ctypes.c_int
     fn.argtypes = [pointer, pointer, pointer, i64, pointer, i64, i64, i64, ctypes.c_float,

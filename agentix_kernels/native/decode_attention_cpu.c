@@ -1,5 +1,6 @@
-/* Paged decode attention on the CPU, float32: the native path of
- * `agentix_kernels.paged_decode_attention` (contract in agentix_kernels/decode_attention.py).
+/* Paged decode attention on the CPU over a float32 or bfloat16 cache, computed in float32: the
+ * native path of `agentix_kernels.paged_decode_attention` (contract in
+ * agentix_kernels/decode_attention.py).
  *
  * One OpenMP task per batch row walks the row's blocks in order and, inside a block, its
  * slots in order with every query head at each slot, so the K and V it reads are contiguous
@@ -22,15 +23,28 @@ static inline int64_t first_key(int64_t len, int64_t window) {
   return window > 0 && len > window ? len - window : 0;
 }
 
-/* Ask the CPU to bring `floats` floats from `from` towards its L2 cache; a hint only (nothing
- * is read, no address can fault). A cache block holds every layer's K and V
- * (kvcache/kv_tensor.py), so one layer's K or V of a block is a short run far from the
- * previous block's, which the hardware prefetcher cannot see coming; asked one block ahead,
- * the next block's slots arrive while this block's are computed on. */
-static inline void prefetch_slot(const float* from, int64_t floats) {
-  const char* bytes = (const char*)from;
-  for (int64_t at = 0; at < floats * (int64_t)sizeof(float); at += 64) /* a cache line */
-    __builtin_prefetch(bytes + at, 0, 1);
+/* The cache's element `at` as a float: the cache holds float32, or (bf16 != 0) bfloat16, whose
+ * bits are a float32's upper half. `bf16` is a constant wherever `attend_row` is inlined, so
+ * each cache dtype gets its own loops. */
+static inline __attribute__((always_inline)) float kv_at(const void* cache, int64_t at,
+                                                         int bf16) {
+  if (!bf16) return ((const float*)cache)[at];
+  uint32_t bits = (uint32_t)((const uint16_t*)cache)[at] << 16;
+  float value;
+  memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
+/* Ask the CPU to bring `elements` elements of the cache from element `at` towards its L2
+ * cache; a hint only (nothing is read, no address can fault). A cache block holds every
+ * layer's K and V (kvcache/kv_tensor.py), so one layer's K or V of a block is a short run far
+ * from the previous block's, which the hardware prefetcher cannot see coming; asked one block
+ * ahead, the next block's slots arrive while this block's are computed on. */
+static inline void prefetch_slot(const void* cache, int64_t at, int64_t elements, int bf16) {
+  int64_t size = bf16 ? 2 : 4;
+  const char* bytes = (const char*)cache + at * size;
+  for (int64_t b = 0; b < elements * size; b += 64) /* a cache line */
+    __builtin_prefetch(bytes + b, 0, 1);
 }
 
 /* Per-thread scratch: acc [heads][dim], scores [heads][block_size], max and sum [heads]. */
@@ -41,11 +55,13 @@ typedef struct {
   float* sum;
 } scratch_t;
 
+/* One row: `q` [heads][dim] over its cached context, into `out` [heads][dim]. Block, slot and
+ * head offsets are in cache elements (float32, or bfloat16 when `bf16`). */
 static inline __attribute__((always_inline)) void attend_row(
-    const float* q, const float* k_cache, const float* v_cache, int64_t block_stride,
+    const float* q, const void* k_cache, const void* v_cache, int64_t block_stride,
     int64_t slot_stride, int64_t head_stride, const int32_t* table, int64_t len,
     int64_t heads, int64_t group, const int64_t dim, int64_t block_size, float scale,
-    int64_t window, float* out, scratch_t s) {
+    int64_t window, int bf16, float* out, scratch_t s) {
   if (len <= 0) {
     memset(out, 0, sizeof(float) * heads * dim);
     return;
@@ -56,24 +72,23 @@ static inline __attribute__((always_inline)) void attend_row(
   }
   memset(s.acc, 0, sizeof(float) * heads * dim);
   int64_t first = first_key(len, window);
-  int64_t slot_floats = (heads / group - 1) * head_stride + dim; /* a slot's kv heads */
+  int64_t slot_elements = (heads / group - 1) * head_stride + dim; /* a slot's kv heads */
   for (int64_t j = first / block_size; j * block_size < len; j++) {
-    const float* kb = k_cache + (int64_t)table[j] * block_stride;
-    const float* vb = v_cache + (int64_t)table[j] * block_stride;
+    int64_t block = (int64_t)table[j] * block_stride;
     int64_t start = j * block_size;
     int64_t lo = first > start ? first - start : 0;
     int64_t hi = len - start < block_size ? len - start : block_size;
     int has_next = start + block_size < len;
-    const float* next_kb = has_next ? k_cache + (int64_t)table[j + 1] * block_stride : NULL;
-    const float* next_vb = has_next ? v_cache + (int64_t)table[j + 1] * block_stride : NULL;
+    int64_t next_block = has_next ? (int64_t)table[j + 1] * block_stride : 0;
     for (int64_t t = lo; t < hi; t++) {
-      if (has_next) prefetch_slot(next_kb + t * slot_stride, slot_floats);
+      if (has_next)
+        prefetch_slot(k_cache, next_block + t * slot_stride, slot_elements, bf16);
       for (int64_t h = 0; h < heads; h++) {
         const float* qh = q + h * dim;
-        const float* key = kb + t * slot_stride + (h / group) * head_stride;
+        int64_t key = block + t * slot_stride + (h / group) * head_stride;
         float dot = 0.f;
 #pragma omp simd reduction(+ : dot)
-        for (int64_t d = 0; d < dim; d++) dot += qh[d] * key[d];
+        for (int64_t d = 0; d < dim; d++) dot += qh[d] * kv_at(k_cache, key + d, bf16);
         s.scores[h * block_size + t] = dot * scale;
       }
     }
@@ -95,13 +110,14 @@ static inline __attribute__((always_inline)) void attend_row(
         for (int64_t d = 0; d < dim; d++) s.acc[h * dim + d] *= kept;
     }
     for (int64_t t = lo; t < hi; t++) {
-      if (has_next) prefetch_slot(next_vb + t * slot_stride, slot_floats);
+      if (has_next)
+        prefetch_slot(v_cache, next_block + t * slot_stride, slot_elements, bf16);
       for (int64_t h = 0; h < heads; h++) {
-        const float* value = vb + t * slot_stride + (h / group) * head_stride;
+        int64_t value = block + t * slot_stride + (h / group) * head_stride;
         float* acc = s.acc + h * dim;
         float p = s.scores[h * block_size + t];
 #pragma omp simd
-        for (int64_t d = 0; d < dim; d++) acc[d] += p * value[d];
+        for (int64_t d = 0; d < dim; d++) acc[d] += p * kv_at(v_cache, value + d, bf16);
       }
     }
   }
@@ -122,20 +138,39 @@ static int row_is_valid(const int32_t* table, int64_t width, int64_t len, int64_
   return 1;
 }
 
-/* query and out: contiguous [batch, heads, dim]; caches: [num_blocks, block_size, kv_heads,
- * dim] with element strides block_stride, slot_stride, head_stride (and 1 along dim), the
- * same for K and V; tables: int32 [batch, width] rows of table_stride; lens: int32 [batch].
+/* One row with the common head sizes' loops of constant length. */
+static inline __attribute__((always_inline)) void attend_row_sized(
+    const float* q, const void* k_cache, const void* v_cache, int64_t block_stride,
+    int64_t slot_stride, int64_t head_stride, const int32_t* table, int64_t len,
+    int64_t heads, int64_t group, int64_t dim, int64_t block_size, float scale,
+    int64_t window, int bf16, float* out, scratch_t s) {
+  if (dim == 64)
+    attend_row(q, k_cache, v_cache, block_stride, slot_stride, head_stride, table, len, heads,
+               group, 64, block_size, scale, window, bf16, out, s);
+  else if (dim == 128)
+    attend_row(q, k_cache, v_cache, block_stride, slot_stride, head_stride, table, len, heads,
+               group, 128, block_size, scale, window, bf16, out, s);
+  else
+    attend_row(q, k_cache, v_cache, block_stride, slot_stride, head_stride, table, len, heads,
+               group, dim, block_size, scale, window, bf16, out, s);
+}
+
+/* query and out: contiguous float32 [batch, heads, dim]; caches: [num_blocks, block_size,
+ * kv_heads, dim], float32, or bfloat16 when kv_bf16 != 0, with element strides block_stride,
+ * slot_stride, head_stride (and 1 along dim), the same for K and V; tables: int32 [batch,
+ * width] rows of table_stride; lens: int32 [batch].
  * Returns 0; KERNEL_NO_MEMORY when the scratch could not be allocated; KERNEL_BAD_TABLES when
  * a context is negative or longer than its table, or a block id it reads is out of range
  * (checked for every row before any is read). On an error, out is undefined. */
 #define KERNEL_NO_MEMORY 1
 #define KERNEL_BAD_TABLES 2
-int paged_decode_attention_f32(const float* query, const float* k_cache, const float* v_cache,
-                               int64_t num_blocks, int64_t block_stride, int64_t slot_stride,
-                               int64_t head_stride, const int32_t* tables, int64_t width,
-                               int64_t table_stride, const int32_t* lens, int64_t batch,
-                               int64_t heads, int64_t kv_heads, int64_t dim, int64_t block_size,
-                               float scale, int64_t window, int threads, float* out) {
+int paged_decode_attention_cpu(const float* query, const void* k_cache, const void* v_cache,
+                               int kv_bf16, int64_t num_blocks, int64_t block_stride,
+                               int64_t slot_stride, int64_t head_stride, const int32_t* tables,
+                               int64_t width, int64_t table_stride, const int32_t* lens,
+                               int64_t batch, int64_t heads, int64_t kv_heads, int64_t dim,
+                               int64_t block_size, float scale, int64_t window, int threads,
+                               float* out) {
   for (int64_t r = 0; r < batch; r++)
     if (!row_is_valid(tables + r * table_stride, width, lens[r], block_size, window,
                       num_blocks))
@@ -155,16 +190,12 @@ int paged_decode_attention_f32(const float* query, const float* k_cache, const f
       const float* q = query + r * heads * dim;
       const int32_t* table = tables + r * table_stride;
       float* o = out + r * heads * dim;
-      /* The common head sizes get loops of constant length. */
-      if (dim == 64)
-        attend_row(q, k_cache, v_cache, block_stride, slot_stride, head_stride, table, lens[r],
-                   heads, group, 64, block_size, scale, window, o, s);
-      else if (dim == 128)
-        attend_row(q, k_cache, v_cache, block_stride, slot_stride, head_stride, table, lens[r],
-                   heads, group, 128, block_size, scale, window, o, s);
+      if (kv_bf16)
+        attend_row_sized(q, k_cache, v_cache, block_stride, slot_stride, head_stride, table,
+                         lens[r], heads, group, dim, block_size, scale, window, 1, o, s);
       else
-        attend_row(q, k_cache, v_cache, block_stride, slot_stride, head_stride, table, lens[r],
-                   heads, group, dim, block_size, scale, window, o, s);
+        attend_row_sized(q, k_cache, v_cache, block_stride, slot_stride, head_stride, table,
+                         lens[r], heads, group, dim, block_size, scale, window, 0, o, s);
     }
     free(buffer);
   }

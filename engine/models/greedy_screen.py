@@ -60,7 +60,8 @@ def cpu_has_native_bf16() -> bool:
 def screenable(head: nn.Module) -> bool:
     """Whether `head` is a linear a screen can take: bias-free, float32 on the CPU, with
     torch's oneDNN ops (`can_pack`)."""
-    return isinstance(head, nn.Linear) and head.bias is None and can_pack(head.weight)
+    return (isinstance(head, nn.Linear) and head.bias is None
+            and head.weight.dtype == torch.float32 and can_pack(head.weight))
 
 
 class GreedyScreen:

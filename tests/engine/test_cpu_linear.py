@@ -52,8 +52,22 @@ def test_packed_rows_do_not_depend_on_the_batch():
 
 
 def test_packed_linear_refuses_other_dtypes():
-    with pytest.raises(ValueError, match="float32 CPU weight"):
-        PackedLinear(_linear(8, 8, bias=False).to(torch.bfloat16))
+    with pytest.raises(ValueError, match=r"needs a float32 \(or.*got torch.float16 on cpu"):
+        PackedLinear(_linear(8, 8, bias=False).to(torch.float16))
+
+
+@pytest.mark.skipif(not can_pack(torch.zeros(1, dtype=torch.bfloat16)),
+                    reason="oneDNN has no bf16 kernels for this CPU")
+@pytest.mark.parametrize("rows", [1, 64])
+def test_bf16_packed_linear_equals_f_linear(rows):
+    linear = _linear(576, 1536, bias=False).to(torch.bfloat16)
+    x = torch.randn(rows, 576).to(torch.bfloat16)
+    expected = F.linear(x, linear.weight)
+    with torch.inference_mode():
+        got = PackedLinear(linear)(x)
+    assert got.dtype == torch.bfloat16
+    # Both are oneDNN bf16 products accumulated in float32; within one bf16 rounding.
+    torch.testing.assert_close(got, expected, rtol=8e-3, atol=1e-3)
 
 
 class _Tied(nn.Module):
@@ -77,13 +91,18 @@ def test_pack_linears_replaces_every_linear_and_keeps_tied_weights():
 
 
 @pytest.mark.parametrize("model", [
-    pytest.param(lambda: _Tied().to(torch.bfloat16), id="bf16"),
+    pytest.param(lambda: _Tied().to(torch.float16), id="fp16"),
     pytest.param(lambda: _Tied().to("meta"), id="not-cpu"),
 ])
 def test_pack_linears_leaves_other_dtypes_and_devices_alone(model):
     model = model()
     assert pack_linears(model) == 0
     assert sum(isinstance(m, nn.Linear) for m in model.modules()) == 3
+
+
+def test_pack_linears_leaves_bf16_alone_without_onednn_bf16_kernels(monkeypatch):
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
+    assert pack_linears(_Tied().to(torch.bfloat16)) == 0
 
 
 def test_pack_linears_falls_back_without_onednn(monkeypatch):

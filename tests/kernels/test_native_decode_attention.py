@@ -77,6 +77,38 @@ def test_agrees_with_the_reference_on_a_decode_batch(make_paged_kv):
                                atol=2e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize("num_q_heads,num_kv_heads,head_dim,block_size,window", [
+    (9, 3, 64, 16, 0),    # SmolLM2's shape
+    (4, 4, 80, 8, 0),     # a head size of run-time length
+    (4, 2, 32, 4, 11),    # a window over several blocks
+])
+def test_a_bf16_cache_is_read_natively_in_float32(num_q_heads, num_kv_heads, head_dim,
+                                                  block_size, window, monkeypatch,
+                                                  make_paged_kv, naive_attention, assert_close):
+    monkeypatch.setattr(decode_attention, "paged_decode_attention_ref", _forbid)
+    lens = [1, 37, 0, block_size * 3, 64]
+    kv = make_paged_kv(lens, block_size=block_size, num_kv_heads=num_kv_heads,
+                       head_dim=head_dim, dtype=torch.bfloat16)
+    q = torch.randn(len(lens), num_q_heads, head_dim,
+                    generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    scale = head_dim ** -0.5
+    out = kernels.paged_decode_attention(q, kv.k_cache, kv.v_cache, kv.block_tables,
+                                         kv.context_lens, scale, window=window)
+    assert out.shape == q.shape and out.dtype == torch.bfloat16
+    # The same values widened to float32 take the float32 loops: the bf16 result is that one
+    # rounded once.
+    wide = kernels.paged_decode_attention(q.float(), kv.k_cache.float(), kv.v_cache.float(),
+                                          kv.block_tables, kv.context_lens, scale,
+                                          window=window)
+    assert torch.equal(out, wide.to(torch.bfloat16))
+    for i, n in enumerate(lens):
+        if n == 0:
+            assert torch.equal(out[i], torch.zeros_like(out[i]))
+            continue
+        expected = naive_attention(q[i:i + 1], kv.dense_k[i], kv.dense_v[i], scale, window)[0]
+        assert_close(out[i], expected.to(torch.bfloat16))
+
+
 def test_other_tensors_go_to_the_reference(monkeypatch, make_paged_kv):
     kv = make_paged_kv([5, 20], block_size=8, num_kv_heads=2, head_dim=16, dtype=torch.float16)
     q16 = torch.randn(2, 4, 16).half()
