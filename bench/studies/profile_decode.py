@@ -1,11 +1,11 @@
 """Where one SmolLM2-135M decode step spends its time on CPU (fp32, 2 torch threads by default).
 
     python -m bench.studies.profile_decode [--batch 64,128] [--min-context 200] [--max-context 600]
-                                           [--plain-linears]
+                                           [--plain-linears] [--dtype bfloat16]
 
 For each batch size: a zeroed paged KV cache, one decode token per row with a context drawn
 uniformly from [min, max] (seed 0, every row in its own blocks) and `--steps` decode steps
-(`forward` + `logits`), the model's linears packed as the engine packs them
+(`forward` + `logits`; weights and cache in `--dtype`), the model's linears packed as the engine packs them
 (`engine.models.cpu_linear`; `--plain-linears`: `F.linear`, as before). Prints the median step
 time without the profiler, then, of `--steps` profiled steps, the one of median wall time split
 by torch.profiler self CPU time into decode attention (all ops inside
@@ -42,9 +42,9 @@ MATMUL_OPS = ("aten::linear", "aten::matmul", "aten::mm", "aten::addmm",
 CATEGORIES = ("decode attention", "kv store", "lm head", "matmuls", "small ops")
 
 
-def decode_batch(model: LlamaForCausalLM, batch: int, min_ctx: int, max_ctx: int
-                 ) -> Callable[[], torch.Tensor]:
-    """A closure running one decode step of `batch` rows over a fresh zeroed cache."""
+def decode_batch(model: LlamaForCausalLM, batch: int, min_ctx: int, max_ctx: int,
+                 dtype: torch.dtype = torch.float32) -> Callable[[], torch.Tensor]:
+    """A closure running one decode step of `batch` rows over a fresh zeroed `dtype` cache."""
     args = model.args
     gen = torch.Generator().manual_seed(0)
     lens = torch.randint(min_ctx, max_ctx + 1, (batch,), generator=gen)
@@ -52,7 +52,7 @@ def decode_batch(model: LlamaForCausalLM, batch: int, min_ctx: int, max_ctx: int
     width = int(blocks.max())
     spec = KVCacheSpec(num_blocks=1 + int(blocks.sum()), num_layers=args.num_layers,
                        block_size=BLOCK_SIZE, num_kv_heads=args.num_kv_heads,
-                       head_dim=args.head_dim, dtype=torch.float32)
+                       head_dim=args.head_dim, dtype=dtype)
     cache = allocate_kv_cache(spec, "cpu")
     kv_layers = [layer_kv(cache, i) for i in range(args.num_layers)]
     ids = torch.randperm(spec.num_blocks - 1, generator=gen) + 1
@@ -156,20 +156,23 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--plain-linears", action="store_true",
                         help="keep F.linear (MKL) instead of the engine's packed linears")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                        help="the weights' and the KV cache's dtype")
     args = parser.parse_args(argv)
+    dtype = getattr(torch, args.dtype)
     from engine.models.smollm2 import ensure_smollm2_dir
 
     torch.set_num_threads(args.threads)
     files = read_model_dir(ensure_smollm2_dir())
-    model = load_model(files, args.max_context + 1, torch.float32, torch.device("cpu"))
+    model = load_model(files, args.max_context + 1, dtype, torch.device("cpu"))
     packed = 0 if args.plain_linears else pack_linears(model)
     print(f"SmolLM2-135M decode step, contexts uniform in [{args.min_context}, "
-          f"{args.max_context}], block size {BLOCK_SIZE}, fp32, {args.threads} threads, "
+          f"{args.max_context}], block size {BLOCK_SIZE}, {args.dtype}, {args.threads} threads, "
           f"{packed} linears packed")
     with torch.inference_mode():
         for batch in (int(b) for b in args.batch.split(",")):
-            report(batch, decode_batch(model, batch, args.min_context, args.max_context),
-                   args.steps)
+            report(batch, decode_batch(model, batch, args.min_context, args.max_context,
+                                       dtype), args.steps)
 
 
 if __name__ == "__main__":
