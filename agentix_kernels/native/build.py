@@ -1,6 +1,6 @@
 """Build and load the native CPU kernels: C compiled on first use, like Triton's JIT.
 
-`native_library()` compiles `SOURCES` into one library with the system C compiler (`$CC`, else
+`native_library()` compiles `SOURCES` (which include `HEADERS`) into one library with the system C compiler (`$CC`, else
 `cc`) for this CPU (`-O3 -march=native -ffast-math`, OpenMP), linked against the OpenMP runtime
 torch itself loaded, so the kernel's threads are torch's threads (one team per calling thread,
 never two runtimes fighting over the cores). The library is cached under
@@ -27,6 +27,7 @@ import torch
 
 SOURCES = tuple(Path(__file__).with_name(name)
                 for name in ("decode_attention_cpu.c", "greedy_screen_cpu.c"))
+HEADERS = (Path(__file__).with_name("bf16.h"),)  # included by the sources: in the cache key
 CFLAGS = ("-O3", "-march=native", "-ffast-math", "-fPIC", "-std=c11")
 
 
@@ -52,7 +53,7 @@ def _built_library() -> Path:
     runtime = openmp_runtime()
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True,
                              check=True, timeout=30).stdout
-    sources = [source.read_text() for source in SOURCES]
+    sources = [source.read_text() for source in (*SOURCES, *HEADERS)]
     key = hashlib.sha256("\0".join([*sources, " ".join(CFLAGS), compiler, version, runtime,
                                     _cpu_flags()]).encode()).hexdigest()[:16]
     target = _cache_dir() / f"kernels_cpu-{key}.so"

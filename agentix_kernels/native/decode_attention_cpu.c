@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
+
 /* Below every finite score; not -INFINITY, so the build may assume finite math. */
 #define NO_SCORE_YET (-1e30f)
 
@@ -23,16 +25,12 @@ static inline int64_t first_key(int64_t len, int64_t window) {
   return window > 0 && len > window ? len - window : 0;
 }
 
-/* The cache's element `at` as a float: the cache holds float32, or (bf16 != 0) bfloat16, whose
- * bits are a float32's upper half. `bf16` is a constant wherever `attend_row` is inlined, so
- * each cache dtype gets its own loops. */
+/* The cache's element `at` as a float: the cache holds float32, or (bf16 != 0) bfloat16.
+ * `bf16` is a constant wherever `attend_row` is inlined, so each cache dtype gets its own
+ * loops. */
 static inline __attribute__((always_inline)) float kv_at(const void* cache, int64_t at,
                                                          int bf16) {
-  if (!bf16) return ((const float*)cache)[at];
-  uint32_t bits = (uint32_t)((const uint16_t*)cache)[at] << 16;
-  float value;
-  memcpy(&value, &bits, sizeof value);
-  return value;
+  return bf16 ? bf16_to_float(((const uint16_t*)cache)[at]) : ((const float*)cache)[at];
 }
 
 /* Ask the CPU to bring `elements` elements of the cache from element `at` towards its L2

@@ -16,19 +16,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
+
 #define SCREEN_OK 0
 #define SCREEN_OUT_OF_RANGE 1
 #define SCREEN_NO_MEMORY 2
 #define RUN 64
 /* Biased exponents from 127 + 100 up (magnitudes of 2^100 and more, inf, nan) are out of range. */
 #define MAX_EXPONENT 227u
-
-static inline float bf16_value(uint16_t bits) {
-  uint32_t word = (uint32_t)bits << 16;
-  float value;
-  memcpy(&value, &word, sizeof value);
-  return value;
-}
 
 static inline int float_in_range(float value) {
   uint32_t word;
@@ -70,7 +65,7 @@ static int screen_row(const float* h, const uint16_t* a, const float* weight,
     float run_lo = -3e38f, high = -3e38f;
     for (int64_t j = run * RUN; j < end; j++) {
       bad |= ((a[j] >> 7) & 0xffu) >= MAX_EXPONENT;
-      float x = bf16_value(a[j]);
+      float x = bf16_to_float(a[j]);
       float b = error_bound(x, row_scale, col_norms[j], rel, tiny);
       run_lo = fmaxf(run_lo, x - b);
       high = fmaxf(high, x + b);
@@ -84,7 +79,7 @@ static int screen_row(const float* h, const uint16_t* a, const float* weight,
     if (run_high[run] < lo) continue;
     int64_t end = run_end(run, vocab);
     for (int64_t j = run * RUN; j < end; j++) {
-      float x = bf16_value(a[j]);
+      float x = bf16_to_float(a[j]);
       if (x + error_bound(x, row_scale, col_norms[j], rel, tiny) < lo) continue;
       float logit = dot(h, weight + j * weight_stride, dim);
       if (best < 0 || logit > best_logit) {

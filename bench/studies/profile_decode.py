@@ -5,8 +5,8 @@
 
 For each batch size: a zeroed paged KV cache, one decode token per row with a context drawn
 uniformly from [min, max] (seed 0, every row in its own blocks) and `--steps` decode steps
-(`forward` + `logits`; weights and cache in `--dtype`), the model's linears packed as the engine packs them
-(`engine.models.cpu_linear`; `--plain-linears`: `F.linear`, as before). Prints the median step
+(`forward` + `logits`; weights and cache in `--dtype`), the model's linears packed as the
+engine packs them (`engine.models.cpu_linear`; `--plain-linears`: `F.linear`, as before). Prints the median step
 time without the profiler, then, of `--steps` profiled steps, the one of median wall time split
 by torch.profiler self CPU time into decode attention (all ops inside
 `kernels.paged_decode_attention`), KV store (inside `kernels.store_kvcache`), the LM head
